@@ -1,0 +1,33 @@
+# The two set-up commands of the README, and the pieces they are made of.
+# `make demo` and `make test` each do all set-up on a fresh machine (into .venv/).
+
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup tools demo test test-fast lint crds clean
+
+setup:
+	bash .ci/bootstrap
+
+tools:
+	bash .ci/tools
+
+## The main job: a real tiny LLM served on CPU by the in-pod runtime, from examples/cpu-tiny.yaml.
+demo: setup
+	$(VENV)/bin/ascend-llm demo
+
+## Everything CI runs: import contracts, fresh CRDs, then every test tier (engine tier included).
+test: setup tools
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ascend-llm crd --check
+	$(PY) -m pytest
+
+## The tests without the real engine (seconds to a minute or two).
+test-fast: setup tools
+	$(PY) -m pytest -m "not engine"
+
+crds: setup
+	$(VENV)/bin/ascend-llm crd
+
+clean:
+	rm -rf $(VENV) .cache

@@ -1,0 +1,25 @@
+{{/*
+ascend-llm-operator.settingsEnv: the operator's settings (ascend_operator.settings.OperatorSettings)
+as ASCEND_LLM_OPERATOR_* environment variables, one per key of .Values.settings:
+key engineRunAsUser -> ASCEND_LLM_OPERATOR_ENGINE_RUN_AS_USER. Scalars are passed as strings,
+lists and maps as JSON (pydantic-settings parses complex fields from JSON). A key left null is
+not passed, so the operator's own default applies. values.schema.json allows only the keys that
+OperatorSettings defines (tests/chart/test_chart.py keeps the two in step).
+The scope and peering come from the chart's own structure, not from .Values.settings:
+NAMESPACES from watchNamespaces (JSON list; empty = the whole cluster), STANDALONE and
+PEERING_NAME from ha, so the operator and kopf's command-line options never disagree.
+*/}}
+{{- define "ascend-llm-operator.settingsEnv" -}}
+- name: ASCEND_LLM_OPERATOR_NAMESPACES
+  value: {{ toJson .Values.watchNamespaces | quote }}
+- name: ASCEND_LLM_OPERATOR_STANDALONE
+  value: {{ (not .Values.ha.enabled) | toString | quote }}
+- name: ASCEND_LLM_OPERATOR_PEERING_NAME
+  value: {{ include "ascend-llm-operator.peeringName" . | quote }}
+{{- range $key, $value := .Values.settings }}
+{{- if not (kindIs "invalid" $value) }}
+- name: ASCEND_LLM_OPERATOR_{{ $key | snakecase | upper }}
+  value: {{ if or (kindIs "slice" $value) (kindIs "map" $value) }}{{ toJson $value | quote }}{{ else }}{{ toString $value | quote }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,199 @@
+"""Pure builders: a resource's spec + operator settings -> the manifests of its children.
+
+:func:`build_children` is the entry point the handlers and ``ascend-llm render`` call. Nothing
+here talks to the API or imports kopf; owner references are added by the handler (kopf.adopt).
+
+The workload is a Deployment (``nodesPerReplica`` 1) or a LeaderWorkerSet (more): exactly one of
+``Children.deployment`` / ``Children.leaderworkerset`` is set. The autoscaler (``Children.hpa``
+or ``Children.scaled_object``) is built only for the kind the caller passes, which the reconcile
+layer gets from :func:`choose_autoscaler` (it alone knows what the cluster serves).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ascend_runtime.config import EngineConfig, GraphMode
+
+from ascend_operator.api import AscendLLMDeploymentSpec, Platform
+from ascend_operator.builders.autoscaling import (
+    AutoscalerChoice,
+    AutoscalerKind,
+    build_hpa,
+    build_scaled_object,
+    choose_autoscaler,
+)
+from ascend_operator.builders.common import (
+    CONFIG_HASH_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    common_labels,
+    content_hash,
+    scale_selector_string,
+    selector_labels,
+    selector_string,
+    serving_selector_labels,
+)
+from ascend_operator.builders.configmap import build_configmap
+from ascend_operator.builders.deployment import build_deployment
+from ascend_operator.builders.engine_config import (
+    build_engine_config,
+    remembered_mode_key,
+    startup_budget,
+)
+from ascend_operator.builders.leaderworkerset import build_leaderworkerset, lws_missing
+from ascend_operator.builders.pdb import build_pdb
+from ascend_operator.builders.service import build_service, endpoint_url
+from ascend_operator.names import ChildNames
+from ascend_operator.settings import OperatorSettings
+
+__all__ = [
+    "CONFIG_HASH_ANNOTATION",
+    "SPEC_HASH_ANNOTATION",
+    "AutoscalerChoice",
+    "AutoscalerKind",
+    "BuildMeta",
+    "Children",
+    "Observed",
+    "build_children",
+    "build_engine_config",
+    "build_hpa",
+    "build_leaderworkerset",
+    "build_scaled_object",
+    "choose_autoscaler",
+    "common_labels",
+    "content_hash",
+    "endpoint_url",
+    "lws_missing",
+    "remembered_mode_key",
+    "resolve_image",
+    "scale_selector_string",
+    "selector_labels",
+    "selector_string",
+    "serving_selector_labels",
+    "startup_budget",
+]
+
+
+@dataclass(frozen=True)
+class BuildMeta:
+    """The resource's identity."""
+
+    name: str
+    namespace: str
+    generation: int | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the operator has observed and the builders may use (from the resource's status)."""
+
+    remembered_mode: GraphMode | None = None
+    #: The key the mode was remembered under (:func:`remembered_mode_key`); a mismatch drops it.
+    remembered_for: str | None = None
+
+
+@dataclass(frozen=True)
+class Children:
+    """The desired children, as plain dicts without owner references.
+
+    Exactly one of ``deployment`` (single-node replicas) and ``leaderworkerset`` (multi-node)
+    is set; ``hpa`` / ``scaled_object`` only when ``build_children`` was given that kind.
+    ``scale_selector`` is what ``status.selector`` must hold (one pod per replica).
+    """
+
+    names: ChildNames
+    image: str
+    engine_config: EngineConfig
+    #: Key for ``status.graph.rememberedFor`` when a pod reports a working mode.
+    remembered_key: str
+    configmap: dict[str, Any]
+    deployment: dict[str, Any] | None
+    service: dict[str, Any]
+    pdb: dict[str, Any]
+    extra: tuple[dict[str, Any], ...] = field(default=())
+    leaderworkerset: dict[str, Any] | None = None
+    hpa: dict[str, Any] | None = None
+    scaled_object: dict[str, Any] | None = None
+    scale_selector: str = ""
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        """The Deployment or the LeaderWorkerSet, whichever runs the pods."""
+        workload = self.deployment if self.deployment is not None else self.leaderworkerset
+        assert workload is not None  # build_children always sets one
+        return workload
+
+    def pod_template_annotations(self) -> dict[str, str]:
+        """Annotations of the (leader's) pod template, e.g. the config hash pods must carry."""
+        spec = self.workload["spec"]
+        template = spec["template"] if "template" in spec else spec["leaderWorkerTemplate"]["leaderTemplate"]
+        return dict(template["metadata"].get("annotations") or {})
+
+    def objects(self) -> list[dict[str, Any]]:
+        """All children in apply order (the ConfigMap before the pods that mount it; the
+        autoscaler last, once the workload it acts through exists)."""
+        optional = (self.hpa, self.scaled_object)
+        return [
+            self.configmap,
+            self.workload,
+            self.service,
+            self.pdb,
+            *self.extra,
+            *(obj for obj in optional if obj is not None),
+        ]
+
+
+def resolve_image(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> str:
+    """``spec.image``, or the settings' default for the chip (or the CPU image)."""
+    if spec.image:
+        return spec.image
+    return settings.runtime_image(None if spec.platform == Platform.CPU else spec.npu.chip)
+
+
+def build_children(
+    meta: BuildMeta,
+    spec: AscendLLMDeploymentSpec,
+    settings: OperatorSettings,
+    observed: Observed | None = None,
+    autoscaler: AutoscalerKind | None = None,
+) -> Children:
+    """Every child of the resource; the remembered mode is used only while its key matches.
+
+    ``autoscaler`` is :attr:`AutoscalerChoice.kind` from :func:`choose_autoscaler`; None builds
+    no autoscaler (autoscaling off, or not possible on this cluster). It is ignored while
+    ``spec.autoscaling`` is off.
+    """
+    observed = observed or Observed()
+    names = ChildNames.for_resource(meta.name)
+    image = resolve_image(spec, settings)
+    key = remembered_mode_key(spec, image)
+    start_mode = observed.remembered_mode if observed.remembered_for == key else None
+    config = build_engine_config(meta.name, spec, settings, start_mode, image)
+    configmap = build_configmap(meta.name, meta.namespace, names.configmap, config)
+    config_hash = content_hash(configmap["data"])
+    workload_args = (meta.name, meta.namespace, names, spec, settings, config, config_hash, image)
+    multinode = spec.nodes_per_replica > 1
+    scaling = spec.autoscaling is not None and spec.autoscaling.enabled
+    return Children(
+        names=names,
+        image=image,
+        engine_config=config,
+        remembered_key=key,
+        configmap=configmap,
+        deployment=None if multinode else build_deployment(*workload_args),
+        leaderworkerset=build_leaderworkerset(*workload_args) if multinode else None,
+        service=build_service(meta.name, meta.namespace, names.service, spec),
+        pdb=build_pdb(meta.name, meta.namespace, names.pdb),
+        hpa=(
+            build_hpa(meta.name, meta.namespace, names.hpa, spec, settings)
+            if scaling and autoscaler == "hpa"
+            else None
+        ),
+        scaled_object=(
+            build_scaled_object(meta.name, meta.namespace, names.scaled_object, spec, settings)
+            if scaling and autoscaler == "keda"
+            else None
+        ),
+        scale_selector=scale_selector_string(meta.name, spec.nodes_per_replica),
+    )

@@ -1,0 +1,262 @@
+"""Spec + operator settings -> the runtime's :class:`EngineConfig` (pure).
+
+Also the start-up budget, which both the engine config (``runtime.readyTimeoutS``) and the
+Deployment's startup probe derive from, and the key under which a working graph mode is
+remembered.
+
+Start-up budget (documented formula, all numbers from :class:`OperatorSettings`)::
+
+    load    = startup_base_s + sizeGiB * (load_s_per_gib_hub if hub source else load_s_per_gib_local)
+              + (nodesPerReplica - 1) * startup_s_per_extra_node   (cross-node HCCL init, workers joining)
+    capture = 0 (eager) | capture_s_piecewise (piecewise) | capture_s_full (auto and FULL modes)
+              + static_kernel_s when ascend.enableStaticKernel
+    attempt = load + capture                    -> EngineConfig.runtime.ready_timeout_s
+    total   = attempt * (2 if graph.fallback and policy != eager else 1) + warmup timeout
+              (when warmup is enabled)          -> startupProbe failureThreshold * periodSeconds
+
+One fallback attempt is budgeted because a failed capture usually fails fast (seconds after
+load) and the next rung then loads again; a remembered mode starts at the working rung.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_runtime.config import (
+    DEFAULT_ENGINE_PORT,
+    DEFAULT_RUNTIME_PORT,
+    SCHEMA_VERSION,
+    EngineConfig,
+    GraphMode,
+    GraphPolicy,
+    WarmupConfig,
+)
+
+from ascend_operator.api import (
+    AscendLLMDeploymentSpec,
+    DistributedBackend,
+    Dtype,
+    Platform,
+    display_model,
+)
+from ascend_operator.builders.common import content_hash
+from ascend_operator.settings import OperatorSettings
+
+#: Where a PVC or hostPath model is mounted in the pod.
+MODEL_DIR = "/mnt/model"
+#: Hub download cache (HF_HOME / MODELSCOPE_CACHE live below it).
+MODEL_CACHE_DIR = "/var/cache/ascend-llm"
+#: KV cache GiB on CPU when spec.engine.kvCacheSpaceGiB is absent.
+DEFAULT_CPU_KVCACHE_GIB = 1
+
+
+@dataclass(frozen=True)
+class StartupBudget:
+    """Seconds one engine start may take, and the whole start-up including fallback and warmup."""
+
+    attempt_s: int
+    total_s: int
+
+
+def is_hub_source(spec: AscendLLMDeploymentSpec) -> bool:
+    """Whether the weights are downloaded at start-up."""
+    return spec.model.hugging_face is not None or spec.model.model_scope is not None
+
+
+def startup_budget(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> StartupBudget:
+    """The start-up budget of one pod (formula in the module docstring)."""
+    size = spec.model.size_gi_b or settings.default_model_size_gib
+    rate = settings.load_s_per_gib_hub if is_hub_source(spec) else settings.load_s_per_gib_local
+    load = settings.startup_base_s + size * rate
+    load += (spec.nodes_per_replica - 1) * settings.startup_s_per_extra_node
+    policy = spec.graph.policy
+    if policy == GraphPolicy.EAGER:
+        capture = 0
+    elif policy == GraphPolicy.PIECEWISE:
+        capture = settings.capture_s_piecewise
+    else:
+        capture = settings.capture_s_full
+    if spec.ascend is not None and spec.ascend.enable_static_kernel:
+        capture += settings.static_kernel_s
+    attempt = math.ceil(load + capture)
+    attempts = 2 if spec.graph.fallback and policy != GraphPolicy.EAGER else 1
+    warmup = 0
+    if spec.warmup.enabled:
+        warmup = spec.warmup.timeout_seconds or WarmupConfig().timeout_s
+    return StartupBudget(attempt_s=attempt, total_s=attempt * attempts + warmup)
+
+
+def model_path(spec: AscendLLMDeploymentSpec) -> str:
+    """What the engine's ``--model`` gets: the mount path, or the hub id."""
+    hub = spec.model.hugging_face or spec.model.model_scope
+    return hub.id if hub is not None else MODEL_DIR
+
+
+def remembered_mode_key(spec: AscendLLMDeploymentSpec, image: str) -> str:
+    """Short hash of what a working graph mode depends on: image, model source, revision, parallelism."""
+    model = spec.model
+    # Multi-node keys add the node count and backend; single-node keys stay what they were.
+    topology = (
+        {"nodes": spec.nodes_per_replica, "backend": spec.distributed.backend.value}
+        if spec.nodes_per_replica > 1
+        else {}
+    )
+    return content_hash(
+        {
+            **topology,
+            "image": image,
+            "source": model.model_dump(
+                mode="json",
+                by_alias=True,
+                include={"pvc", "host_path", "hugging_face", "model_scope"},
+                exclude_none=True,
+            ),
+            "revision": model.revision,
+            "parallelism": spec.parallelism.model_dump(mode="json", by_alias=True),
+            "chip": None if spec.platform == Platform.CPU else spec.npu.chip.value,
+        }
+    )[:12]
+
+
+def _dtype(spec: AscendLLMDeploymentSpec) -> str | None:
+    if spec.engine.dtype is not None:
+        return spec.engine.dtype.value
+    if spec.platform == Platform.CPU:
+        return Dtype.FLOAT32.value  # bf16 is emulated (slow) on most CPUs
+    if spec.npu.chip.value == "310P":
+        return Dtype.FLOAT16.value  # 310P has no bf16; "auto" would pick it for bf16 checkpoints
+    return None
+
+
+def _sorted(value: Any) -> Any:
+    """``value`` with every mapping's keys in sorted order (recursively)."""
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
+
+
+def _set(mapping: dict[str, Any], **values: Any) -> dict[str, Any]:
+    """``mapping`` plus the ``values`` that are not None (absent = the runtime's default)."""
+    mapping.update({key: value for key, value in values.items() if value is not None})
+    return mapping
+
+
+def build_engine_config(
+    name: str,
+    spec: AscendLLMDeploymentSpec,
+    settings: OperatorSettings,
+    remembered_mode: GraphMode | None,
+    image: str,
+) -> EngineConfig:
+    """The engine config for resource ``name``; ``remembered_mode`` becomes ``graph.startMode``."""
+    cpu = spec.platform == Platform.CPU
+    engine = spec.engine
+    # Sorted, so the order a user wrote a map in never changes the ConfigMap (and rolls pods).
+    env = dict(sorted(engine.env.items()))
+    if cpu:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(engine.kv_cache_space_gi_b or DEFAULT_CPU_KVCACHE_GIB)
+    engine_options = _set(
+        {
+            "host": "0.0.0.0",  # the pod's Service reaches the engine directly
+            "port": DEFAULT_ENGINE_PORT,
+            "parallel": spec.parallelism.model_dump(),
+            "extra_args": list(engine.extra_args),
+            "env": env,
+        },
+        max_model_len=engine.max_model_len,
+        max_num_seqs=engine.max_num_seqs,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        enable_prefix_caching=engine.prefix_caching,
+        dtype=_dtype(spec),
+        quantization=engine.quantization,
+        shutdown_timeout_s=engine.shutdown_timeout_seconds,
+    )
+    graph = _set(
+        {"policy": spec.graph.policy, "fallback": spec.graph.fallback},
+        capture_sizes=spec.graph.capture_sizes,
+        max_capture_size=spec.graph.max_capture_size,
+        start_mode=remembered_mode,
+    )
+    ascend: dict[str, Any] = {"chip": None if cpu else spec.npu.chip}
+    if spec.ascend is not None:
+        _set(
+            ascend,
+            multistream_overlap_shared_expert=spec.ascend.multistream_overlap_shared_expert,
+            enable_static_kernel=spec.ascend.enable_static_kernel,
+            additional_config=_sorted(spec.ascend.additional_config) or None,
+        )
+    warmup = _set(
+        {"enabled": spec.warmup.enabled},
+        prompt_lengths=spec.warmup.prompt_lengths,
+        concurrency=spec.warmup.concurrency,
+        max_tokens=spec.warmup.max_tokens,
+        timeout_s=spec.warmup.timeout_seconds,
+    )
+    health: dict[str, Any] = _set({}, hang_timeout_s=spec.health.hang_timeout_seconds)
+    if spec.health.leak is not None:
+        leak = spec.health.leak
+        health["leak"] = _set(
+            {"enabled": leak.enabled},
+            host_growth_mb_per_hour=leak.host_growth_mb_per_hour,
+            device_growth_mb_per_hour=leak.device_growth_mb_per_hour,
+            min_time_to_exhaustion_s=leak.min_time_to_exhaustion_seconds,
+            min_headroom_mb=leak.min_headroom_mb,
+            window_s=leak.window_seconds,
+            grace_s=leak.grace_seconds,
+            sample_interval_s=leak.sample_interval_seconds,
+        )
+    distributed: dict[str, Any] = {}
+    if spec.nodes_per_replica > 1:
+        # One ConfigMap serves leader and workers: role, leader address and worker index are
+        # left unset; the runtime reads them from the env LWS sets (LWS_LEADER_ADDRESS,
+        # LWS_WORKER_INDEX, LWS_GROUP_SIZE). HCCL settings go here, not into pod env: the
+        # runtime exports them (and HCCL_IF_IP from POD_IP) for the engine and Ray.
+        wanted = spec.distributed
+        hccl = wanted.hccl
+        ray = wanted.backend == DistributedBackend.RAY
+        distributed = _set(
+            {
+                "nodes": spec.nodes_per_replica,
+                "backend": wanted.backend.value,
+                "npus_per_node": spec.npu.per_replica,
+                "socket_ifname": hccl.socket_ifname or settings.hccl_socket_ifname,
+                "hccl_buffsize_mb": hccl.buffer_size_mb or settings.hccl_buffer_size_mb,
+                "hccl_connect_timeout_s": hccl.connect_timeout_seconds or settings.hccl_connect_timeout_s,
+            },
+            hccl_exec_timeout_s=hccl.exec_timeout_seconds,
+            hccl_op_expansion_mode=hccl.op_expansion_mode,
+            rpc_port=None if ray else wanted.leader_port,
+            ray_port=wanted.leader_port if ray else None,
+        )
+    return EngineConfig.model_validate(
+        {
+            "schema_version": SCHEMA_VERSION,
+            **({"distributed": distributed} if distributed else {}),
+            "name": name,
+            "image": image,
+            "model": _set(
+                {
+                    "path": model_path(spec),
+                    "served_name": display_model(spec, name),
+                    "trust_remote_code": spec.model.trust_remote_code,
+                },
+                revision=spec.model.revision,
+            ),
+            "engine": engine_options,
+            "graph": graph,
+            "ascend": ascend,
+            "warmup": warmup,
+            "health": health,
+            "runtime": {
+                "port": DEFAULT_RUNTIME_PORT,
+                "host": "0.0.0.0",
+                "ready_timeout_s": startup_budget(spec, settings).attempt_s,
+                # No NPU to check on CPU; the preflight looks for devices and free memory.
+                "preflight": not cpu,
+            },
+        }
+    )

@@ -1,0 +1,170 @@
+"""The LeaderWorkerSet of multi-node engine replicas (pure), used when ``spec.nodesPerReplica > 1``.
+
+One replica is one LWS group of ``nodesPerReplica`` pods: the leader (worker index 0) runs the
+engine's API server, the workers join it (vLLM native data parallel: ``--headless
+--data-parallel-start-rank``; or a Ray cluster). The pod template is the single-node one
+(:func:`ascend_operator.builders.pod.build_pod_template`) plus:
+
+- ``POD_IP`` from the downward API (``status.podIP``). Everything else the group needs is in
+  the one ConfigMap both roles mount: ``EngineConfig.distributed`` carries ``nodes``,
+  ``backend``, ``npusPerNode``, the leader's port and the HCCL settings (from
+  ``spec.distributed.hccl`` or the operator settings), and the runtime turns them, with
+  ``POD_IP`` and the ``LWS_LEADER_ADDRESS`` / ``LWS_GROUP_SIZE`` / ``LWS_WORKER_INDEX`` env that
+  LWS's pod webhook injects, into ``HCCL_IF_IP``, ``VLLM_HOST_IP``, ``HCCL_SOCKET_IFNAME`` and
+  friends, its role and the leader/worker command lines (``ascend_runtime.distributed``);
+- a larger memory-backed ``/dev/shm`` (``multinode_shm_size``);
+- gang-friendly scheduling from the settings: ``schedulerName`` (when the spec sets none),
+  Volcano's ``ring-controller.atlas`` label and ``huawei.com/schedule_policy`` annotation;
+- labels ``llm.ascend.dev/role: leader|worker``; workers declare no ``http`` port (headless).
+
+Group semantics:
+
+- ``restartPolicy: RecreateGroupOnPodRestart``: HCCL communicators cannot take a node back, so
+  one failed pod restarts its whole group.
+- ``startupPolicy: LeaderCreated``: workers start with the leader. ``LeaderReady`` would
+  deadlock: the leader only turns Ready once its workers have joined.
+- Rollout: ``RollingUpdate`` with ``maxSurge: 0`` (never a spare group of NPUs) and
+  ``maxUnavailable: 1``; ``spec.rollout.strategy: Recreate`` becomes ``maxUnavailable: 100%``
+  (LWS has no Recreate type; every group is replaced at once).
+
+The LeaderWorkerSet is named ``<name>-lws`` (:class:`ascend_operator.names.ChildNames`), because
+LWS creates a headless Service of the LWS's own name; the operator's Service ``<name>`` selects
+the leaders only (``leaderworkerset.sigs.k8s.io/worker-index: "0"``), where the API server runs.
+Replicas follow ``spec.replicas`` exactly as the Deployment does (see
+:mod:`ascend_operator.builders.deployment` for why that is consistent with autoscaling).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from ascend_runtime.config import EngineConfig
+
+from ascend_operator.api import AscendLLMDeploymentSpec, RolloutStrategy
+from ascend_operator.builders.common import (  # noqa: F401  (LWS label names, re-exported)
+    LEADER_WORKER_INDEX,
+    LWS_WORKER_INDEX_LABEL,
+    common_labels,
+    with_spec_hash,
+)
+from ascend_operator.builders.pod import build_pod_template
+from ascend_operator.names import ChildNames
+from ascend_operator.settings import OperatorSettings
+
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+#: The env var the runtime reads the pod's IP from (ascend_runtime.distributed.POD_IP_ENV).
+POD_IP_ENV = "POD_IP"
+LWS_KIND = "LeaderWorkerSet"
+#: Label LWS puts on every pod: the LeaderWorkerSet's name.
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+ROLE_LABEL = "llm.ascend.dev/role"
+ROLE_LEADER = "leader"
+ROLE_WORKER = "worker"
+VOLCANO_RING_CONTROLLER_LABEL = "ring-controller.atlas"
+VOLCANO_SCHEDULE_POLICY_ANNOTATION = "huawei.com/schedule_policy"
+RESTART_POLICY = "RecreateGroupOnPodRestart"
+STARTUP_POLICY = "LeaderCreated"
+
+
+#: What to install when the cluster lacks the LWS API (kubernetes-sigs/lws releases).
+LWS_INSTALL_HINT = (
+    "install LeaderWorkerSet (kubectl apply --server-side -f "
+    "https://github.com/kubernetes-sigs/lws/releases/download/<version>/manifests.yaml)"
+)
+
+
+def lws_missing(spec: AscendLLMDeploymentSpec, installed: AbstractSet[str]) -> str | None:
+    """A message for a condition when ``spec`` needs LWS and the cluster does not serve it.
+
+    ``installed`` holds the group/versions the cluster serves (a bare group counts too).
+    """
+    if spec.nodes_per_replica == 1:
+        return None
+    if LWS_API_VERSION in installed or LWS_API_VERSION.split("/", 1)[0] in installed:
+        return None
+    return (
+        f"nodesPerReplica {spec.nodes_per_replica} runs each replica as a LeaderWorkerSet, but the "
+        f"cluster does not serve {LWS_API_VERSION}; {LWS_INSTALL_HINT}, or set nodesPerReplica to 1"
+    )
+
+
+def group_env() -> list[dict[str, Any]]:
+    """The pod env of every group member: its own IP, from which the runtime sets HCCL_IF_IP."""
+    return [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+
+
+def _template(
+    role: str,
+    name: str,
+    names: ChildNames,
+    spec: AscendLLMDeploymentSpec,
+    settings: OperatorSettings,
+    config: EngineConfig,
+    config_hash: str,
+    image: str,
+) -> dict[str, Any]:
+    labels = {ROLE_LABEL: role}
+    if settings.volcano_ring_controller:
+        labels[VOLCANO_RING_CONTROLLER_LABEL] = settings.volcano_ring_controller
+    annotations = {}
+    if settings.volcano_schedule_policy:
+        annotations[VOLCANO_SCHEDULE_POLICY_ANNOTATION] = settings.volcano_schedule_policy
+    template = build_pod_template(
+        name,
+        names,
+        spec,
+        settings,
+        config,
+        config_hash,
+        image,
+        extra_env=group_env(),
+        extra_labels=labels,
+        extra_annotations=annotations,
+        shm_size=settings.multinode_shm_size,
+        default_scheduler_name=settings.multinode_scheduler_name,
+    )
+    if role == ROLE_WORKER:
+        container = template["spec"]["containers"][0]
+        container["ports"] = [port for port in container["ports"] if port["name"] != "http"]
+    return template
+
+
+def build_leaderworkerset(
+    name: str,
+    namespace: str,
+    names: ChildNames,
+    spec: AscendLLMDeploymentSpec,
+    settings: OperatorSettings,
+    config: EngineConfig,
+    config_hash: str,
+    image: str,
+) -> dict[str, Any]:
+    """The LeaderWorkerSet for resource ``name`` (see the module docstring)."""
+    max_unavailable: int | str = "100%" if spec.rollout.strategy == RolloutStrategy.RECREATE else 1
+    args = (name, names, spec, settings, config, config_hash, image)
+    return with_spec_hash(
+        {
+            "apiVersion": LWS_API_VERSION,
+            "kind": LWS_KIND,
+            "metadata": {
+                "name": names.leaderworkerset,
+                "namespace": namespace,
+                "labels": common_labels(name),
+            },
+            "spec": {
+                "replicas": spec.replicas,
+                "startupPolicy": STARTUP_POLICY,
+                "rolloutStrategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": max_unavailable},
+                },
+                "leaderWorkerTemplate": {
+                    "size": spec.nodes_per_replica,
+                    "restartPolicy": RESTART_POLICY,
+                    "leaderTemplate": _template(ROLE_LEADER, *args),
+                    "workerTemplate": _template(ROLE_WORKER, *args),
+                },
+            },
+        }
+    )

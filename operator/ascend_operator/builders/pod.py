@@ -1,0 +1,278 @@
+"""The engine pod template shared by the Deployment and the LeaderWorkerSet (pure).
+
+One container, ``engine``, runs ``ascend-llm run --config /etc/ascend-llm/engine-config.yaml``.
+
+- NPUs: ``<resourceName>: perReplica`` in requests and limits; ``ASCEND_VISIBLE_DEVICES`` from the
+  device plugin's pod annotation of the same name as the resource (``metadata.annotations[...]``);
+  with ``hostMounts: driver`` the driver, DCMI, npu-smi and install info are mounted from the node
+  (clusters without the Ascend Docker Runtime). Devices come from the device plugin, so the pod
+  is not privileged. None of this on platform CPU.
+- Probes on the runtime's port: startup ``/startup`` with ``failureThreshold * periodSeconds >=``
+  the start-up budget (:func:`ascend_operator.builders.engine_config.startup_budget`), readiness
+  ``/ready``, liveness ``/live``.
+- Readiness-first drain: on deletion the pod leaves the Service's endpoints (it is terminating),
+  the preStop hook sleeps ``prestop_sleep_s`` so kube-proxy and gateways stop sending to it,
+  then SIGTERM makes the runtime drain the engine for ``engine.shutdownTimeoutSeconds`` (vLLM's
+  ``--shutdown-timeout`` where the version has it, the runtime's own wait otherwise);
+  ``terminationGracePeriodSeconds`` = preStop + drain + ``termination_margin_s`` so the kubelet's
+  SIGKILL never cuts a drain short.
+- The template carries ``llm.ascend.dev/config-hash`` (the ConfigMap's data), so a config
+  change rolls the pods.
+
+:func:`build_pod_template` takes the multi-node extras (env, labels, annotations, a larger
+``/dev/shm``, a scheduler name) as arguments, so the LeaderWorkerSet builder adds to the same
+template instead of repeating it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ascend_runtime.config import (
+    CONFIG_FILE_KEY,
+    DEFAULT_CONFIG_PATH,
+    DEFAULT_ENGINE_PORT,
+    DEFAULT_RUNTIME_PORT,
+    EngineConfig,
+)
+
+from ascend_operator.api import AscendLLMDeploymentSpec, Platform
+from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
+from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, startup_budget
+from ascend_operator.names import ChildNames
+from ascend_operator.settings import HostMounts, OperatorSettings
+
+CONFIG_DIR = DEFAULT_CONFIG_PATH.rsplit("/", 1)[0]
+ENGINE_COMMAND = ["ascend-llm", "run", "--config", DEFAULT_CONFIG_PATH]
+#: Host paths a pod needs when no Ascend Docker Runtime mounts them: (volume, path, type).
+DRIVER_HOST_PATHS: tuple[tuple[str, str, str], ...] = (
+    ("ascend-driver", "/usr/local/Ascend/driver", "Directory"),
+    ("ascend-dcmi", "/usr/local/dcmi", "Directory"),
+    ("npu-smi", "/usr/local/bin/npu-smi", "File"),
+    ("ascend-install-info", "/etc/ascend_install.info", "File"),
+)
+
+
+def npu_resource_name(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> str | None:
+    """The extended resource the pods request, or None on platform CPU."""
+    if spec.platform == Platform.CPU:
+        return None
+    return spec.npu.resource_name or settings.resource_name(spec.npu.chip)
+
+
+def _quantities(resource_list: Any) -> dict[str, int | str]:
+    if resource_list is None:
+        return {}
+    out: dict[str, int | str] = {}
+    for field, key in (("cpu", "cpu"), ("memory", "memory"), ("ephemeral_storage", "ephemeral-storage")):
+        value = getattr(resource_list, field)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _resources(spec: AscendLLMDeploymentSpec, resource_name: str | None) -> dict[str, Any]:
+    requests = _quantities(spec.resources.requests if spec.resources else None)
+    limits = _quantities(spec.resources.limits if spec.resources else None)
+    if resource_name is not None:
+        # Extended resources must be equal in requests and limits.
+        requests[resource_name] = spec.npu.per_replica
+        limits[resource_name] = spec.npu.per_replica
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _model_wiring(
+    spec: AscendLLMDeploymentSpec, settings: OperatorSettings
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Volumes, mounts and env for the model source."""
+    model = spec.model
+    if model.pvc is not None:
+        mount: dict[str, Any] = {"name": "model", "mountPath": MODEL_DIR, "readOnly": model.pvc.read_only}
+        if model.pvc.sub_path:
+            mount["subPath"] = model.pvc.sub_path
+        volume = {
+            "name": "model",
+            "persistentVolumeClaim": {"claimName": model.pvc.claim_name, "readOnly": model.pvc.read_only},
+        }
+        return [volume], [mount], []
+    if model.host_path is not None:
+        volume = {"name": "model", "hostPath": {"path": model.host_path.path, "type": "Directory"}}
+        return [volume], [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}], []
+    cache: dict[str, Any] = {}
+    if settings.model_cache_size:
+        cache["sizeLimit"] = settings.model_cache_size
+    volumes = [{"name": "model-cache", "emptyDir": cache}]
+    mounts = [{"name": "model-cache", "mountPath": MODEL_CACHE_DIR}]
+    if model.model_scope is not None:
+        env: list[dict[str, Any]] = [
+            {"name": "VLLM_USE_MODELSCOPE", "value": "true"},
+            {"name": "MODELSCOPE_CACHE", "value": f"{MODEL_CACHE_DIR}/modelscope"},
+        ]
+        token_var = "MODELSCOPE_API_TOKEN"
+    else:
+        env = [{"name": "HF_HOME", "value": f"{MODEL_CACHE_DIR}/huggingface"}]
+        token_var = "HF_TOKEN"
+    if model.token_secret_ref is not None:
+        env.append(
+            {
+                "name": token_var,
+                "valueFrom": {
+                    "secretKeyRef": {"name": model.token_secret_ref.name, "key": model.token_secret_ref.key}
+                },
+            }
+        )
+    return volumes, mounts, env
+
+
+def termination_grace_seconds(
+    spec: AscendLLMDeploymentSpec, settings: OperatorSettings, config: EngineConfig
+) -> int:
+    """preStop sleep + the runtime's drain timeout + a margin for the exit itself."""
+    return settings.prestop_sleep_s + config.engine.shutdown_timeout_s + settings.termination_margin_s
+
+
+def build_pod_template(
+    name: str,
+    names: ChildNames,
+    spec: AscendLLMDeploymentSpec,
+    settings: OperatorSettings,
+    config: EngineConfig,
+    config_hash: str,
+    image: str,
+    *,
+    extra_env: Sequence[Mapping[str, Any]] = (),
+    extra_labels: Mapping[str, str] | None = None,
+    extra_annotations: Mapping[str, str] | None = None,
+    shm_size: str | None = None,
+    default_scheduler_name: str | None = None,
+) -> dict[str, Any]:
+    """The engine pod template (``metadata`` + ``spec``) of resource ``name``.
+
+    ``extra_env`` is appended to the container's env, ``extra_labels`` / ``extra_annotations``
+    to the template's; ``shm_size`` overrides ``settings.shm_size``; ``default_scheduler_name``
+    applies when ``spec.npu.schedulerName`` is unset.
+    """
+    cpu = spec.platform == Platform.CPU
+    resource_name = npu_resource_name(spec, settings)
+
+    env: list[dict[str, Any]] = []
+    if resource_name is not None and settings.device_env_from_annotation:
+        env.append(
+            {
+                "name": "ASCEND_VISIBLE_DEVICES",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{resource_name}']"}},
+            }
+        )
+    model_volumes, model_mounts, model_env = _model_wiring(spec, settings)
+    env.extend(model_env)
+    env.extend(copy.deepcopy(dict(item)) for item in extra_env)
+
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "engine-config",
+            "configMap": {
+                "name": names.configmap,
+                "items": [{"key": CONFIG_FILE_KEY, "path": CONFIG_FILE_KEY}],
+            },
+        },
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size or settings.shm_size}},
+        *model_volumes,
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        *model_mounts,
+    ]
+    if not cpu and settings.host_mounts == HostMounts.DRIVER:
+        for volume_name, path, kind in DRIVER_HOST_PATHS:
+            volumes.append({"name": volume_name, "hostPath": {"path": path, "type": kind}})
+            mounts.append({"name": volume_name, "mountPath": path, "readOnly": True})
+
+    budget = startup_budget(spec, settings)
+    container: dict[str, Any] = {
+        "name": names.container,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": list(ENGINE_COMMAND),
+        "ports": [
+            {"name": "http", "containerPort": DEFAULT_ENGINE_PORT, "protocol": "TCP"},
+            {"name": "runtime", "containerPort": DEFAULT_RUNTIME_PORT, "protocol": "TCP"},
+        ],
+        "env": env,
+        "resources": _resources(spec, resource_name),
+        "volumeMounts": mounts,
+        "startupProbe": {
+            "httpGet": {"path": "/startup", "port": "runtime"},
+            "periodSeconds": settings.startup_period_s,
+            "timeoutSeconds": settings.probe_timeout_s,
+            "failureThreshold": math.ceil(budget.total_s / settings.startup_period_s),
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/ready", "port": "runtime"},
+            "periodSeconds": settings.readiness_period_s,
+            "timeoutSeconds": settings.probe_timeout_s,
+            "failureThreshold": settings.readiness_failure_threshold,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/live", "port": "runtime"},
+            "periodSeconds": settings.liveness_period_s,
+            "timeoutSeconds": settings.probe_timeout_s,
+            "failureThreshold": settings.liveness_failure_threshold,
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if settings.prestop_sleep_s:
+        container["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(settings.prestop_sleep_s)]}}}
+    if not env:
+        del container["env"]
+    if not container["resources"]:
+        del container["resources"]
+
+    pod_security: dict[str, Any] = {
+        "runAsNonRoot": settings.engine_run_as_user != 0,
+        "runAsUser": settings.engine_run_as_user,
+        "runAsGroup": settings.engine_run_as_group,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if settings.engine_fs_group is not None:
+        pod_security["fsGroup"] = settings.engine_fs_group
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "volumes": volumes,
+        "securityContext": pod_security,
+        "terminationGracePeriodSeconds": termination_grace_seconds(spec, settings, config),
+        # The runtime never talks to the API server; the operator reads /state via the proxy.
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    placement = spec.npu
+    if placement.node_selector:
+        pod_spec["nodeSelector"] = dict(placement.node_selector)
+    if placement.tolerations:
+        pod_spec["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in placement.tolerations
+        ]
+    if placement.affinity is not None:
+        pod_spec["affinity"] = copy.deepcopy(placement.affinity)
+    if placement.priority_class_name:
+        pod_spec["priorityClassName"] = placement.priority_class_name
+    scheduler_name = placement.scheduler_name or default_scheduler_name
+    if scheduler_name:
+        pod_spec["schedulerName"] = scheduler_name
+
+    labels = {**common_labels(name), **(extra_labels or {})}
+    annotations = {CONFIG_HASH_ANNOTATION: config_hash, **(extra_annotations or {})}
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
+

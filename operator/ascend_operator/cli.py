@@ -1,0 +1,178 @@
+"""The operator's ``ascend-llm`` sub-commands (registered through the ``ascend_llm.commands``
+entry point, so the runtime's CLI never imports the operator):
+
+- ``ascend-llm operator run [-n NS ...] [--standalone] [--liveness URL] [-v]``: run the operator
+  (kopf with ``ascend_operator.main``); namespaces default to the settings' list, else all.
+- ``ascend-llm crd [--check] [--root DIR]``: write the generated CRD to ``crds/`` and the chart,
+  or with ``--check`` exit 1 naming each stale copy.
+- ``ascend-llm render FILE [-o yaml|json]``: print, offline, the children the operator would
+  create for the resources in FILE (owner references omitted: they need the live uid). An invalid
+  resource exits 2 with the message naming the field.
+
+kopf and the kubernetes client are imported only by ``operator run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from ascend_operator.api import API_VERSION, KIND, SpecError, parse_spec
+from ascend_operator.builders import BuildMeta, build_children
+from ascend_operator.settings import SettingsError, load_settings
+
+EXIT_OK = 0
+EXIT_STALE = 1
+EXIT_INVALID = 2
+
+
+class ResourceFileError(ValueError):
+    """A resource file that cannot be rendered; the message names the file and the problem."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    operator = subparsers.add_parser("operator", help="The Kubernetes operator.")
+    osub = operator.add_subparsers(dest="operator_command", required=True, metavar="WHAT")
+    run = osub.add_parser("run", help="Run the operator against the current cluster (kopf).")
+    run.add_argument("-n", "--namespace", action="append", default=None, dest="namespaces", metavar="NS",
+                     help="Watch this namespace (repeatable; globs allowed). Default: the settings' "
+                          "ASCEND_LLM_OPERATOR_NAMESPACES, else every namespace.")
+    run.add_argument("--standalone", action="store_true",
+                     help="Run without peering (leader election); for a single replica or a local run.")
+    run.add_argument("--liveness", default=None, metavar="URL",
+                     help="Serve kopf's liveness probe here, for example http://0.0.0.0:8081/healthz.")
+    run.add_argument("-v", "--verbose", action="store_true", help="Log more (kopf's verbose mode).")
+    run.set_defaults(func=_cmd_operator_run)
+
+    crd = subparsers.add_parser("crd", help="Write (or --check) the generated CRD in crds/ and the chart.")
+    crd.add_argument("--check", action="store_true", help="Do not write; exit 1 if a copy is stale or missing.")
+    crd.add_argument("--root", type=Path, default=Path("."), help="Repository root (default: %(default)s).")
+    crd.set_defaults(func=_cmd_crd)
+
+    render = subparsers.add_parser("render", help="Print the children the operator would create for FILE.")
+    render.add_argument("file", type=Path, help="A YAML file with one or more AscendLLMDeployments (- for stdin).")
+    render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="Output format.")
+    render.add_argument("--namespace", default=None,
+                        help="Namespace for resources that name none (default: their own, else default).")
+    render.set_defaults(func=_cmd_render)
+
+
+# ------------------------------------------------------------------------------ operator run
+
+
+def _cmd_operator_run(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings()
+    except SettingsError as error:
+        print(f"ascend-llm operator run: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    import kopf
+
+    import ascend_operator.main  # noqa: F401  (registers the handlers)
+
+    namespaces = args.namespaces or settings.namespaces
+    kopf.configure(verbose=args.verbose)
+    kopf.run(
+        standalone=args.standalone or settings.standalone,
+        namespaces=namespaces,
+        clusterwide=not namespaces,
+        liveness_endpoint=args.liveness,
+    )
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ crd
+
+
+def _cmd_crd(args: argparse.Namespace) -> int:
+    from ascend_operator.crdgen import check_crds, write_crds
+
+    if args.check:
+        stale = check_crds(args.root)
+        for path in stale:
+            print(f"stale or missing: {path} (run `ascend-llm crd` to regenerate)", file=sys.stderr)
+        return EXIT_STALE if stale else EXIT_OK
+    for path in write_crds(args.root):
+        print(path)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ render
+
+
+def load_resources(text: str, source: str) -> list[dict[str, Any]]:
+    """The AscendLLMDeployments in a YAML text; other documents are an error naming them."""
+
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        raise ResourceFileError(f"{source}: not valid YAML: {error}") from None
+    if not documents:
+        raise ResourceFileError(f"{source}: no resource in the file")
+    for index, doc in enumerate(documents):
+        where = f"{source} (document {index + 1})"
+        if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("apiVersion") != API_VERSION:
+            got = f"{doc.get('apiVersion')}/{doc.get('kind')}" if isinstance(doc, dict) else type(doc).__name__
+            raise ResourceFileError(f"{where}: expected apiVersion {API_VERSION}, kind {KIND}; got {got}")
+        if not (doc.get("metadata") or {}).get("name"):
+            raise ResourceFileError(f"{where}: metadata.name is required")
+    return documents
+
+
+def render_children(resource: dict[str, Any], namespace: str | None = None) -> list[dict[str, Any]]:
+    """The children of one resource as the operator would apply them, minus owner references."""
+
+    meta = resource["metadata"]
+    spec = parse_spec(resource.get("spec") or {})
+    target = meta.get("namespace") or namespace or "default"
+    children = build_children(BuildMeta(meta["name"], target, meta.get("generation")), spec, load_settings())
+    return children.objects()
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Multi-line strings (the engine config) as literal blocks, readable as in a file."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ManifestDumper.add_representer(str, _represent_str)
+
+
+def write_manifests(objects: list[dict[str, Any]], output: str, out: TextIO) -> None:
+    """``objects`` as a YAML stream (``---`` between documents) or a JSON ``v1 List``."""
+
+    if output == "json":
+        json.dump({"apiVersion": "v1", "kind": "List", "items": objects}, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(yaml.dump_all(objects, Dumper=_ManifestDumper, sort_keys=False, width=100))
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    source = "<stdin>" if str(args.file) == "-" else str(args.file)
+    try:
+        text = sys.stdin.read() if source == "<stdin>" else args.file.read_text(encoding="utf-8")
+    except OSError as error:
+        print(f"ascend-llm render: {source}: cannot read: {error.strerror}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        objects = []
+        for resource in load_resources(text, source):
+            try:
+                objects.extend(render_children(resource, args.namespace))
+            except SpecError as error:
+                print(f"ascend-llm render: {source}: {resource['metadata']['name']}: {error}", file=sys.stderr)
+                return EXIT_INVALID
+    except (ResourceFileError, SettingsError) as error:
+        print(f"ascend-llm render: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    write_manifests(objects, args.output, sys.stdout)
+    return EXIT_OK

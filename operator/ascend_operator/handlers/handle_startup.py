@@ -1,0 +1,102 @@
+"""Operator start-up: kopf's settings, the operator settings (loaded once), the API connection.
+
+The operator settings come from the environment (:func:`ascend_operator.settings.load_settings`),
+or from kopf's operator memo under :data:`SETTINGS_KEY` when the embedding code (the tests) put
+them there. Whichever runs first, login or start-up, loads them and stores them in the memo.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from ascend_operator.api import GROUP
+from ascend_operator.handlers import MEMO_KEY, OperatorContext, context
+from ascend_operator.k8s import Kube, connect
+from ascend_operator.settings import OperatorSettings, load_settings
+
+SETTINGS_KEY = "ascend_settings"
+
+#: kopf's progress and diff-base annotations, and its finalizer, under the API group's prefix.
+ANNOTATION_PREFIX = GROUP
+FINALIZER = f"{GROUP}/finalizer"
+
+# Watch timeouts. Without a server-side timeout an idle watch can hang forever on a connection a
+# load balancer or NAT dropped silently (kopf #204, #698): the operator would stop seeing changes.
+# The server ends each watch after WATCH_SERVER_TIMEOUT_S and kopf re-lists and re-watches; the
+# client gives up 30 s later if even that end never arrives.
+WATCH_SERVER_TIMEOUT_S = 300
+WATCH_CLIENT_TIMEOUT_S = WATCH_SERVER_TIMEOUT_S + 30
+#: Connecting to the API server takes milliseconds in a cluster; 30 s covers a busy control plane.
+CONNECT_TIMEOUT_S = 30
+#: One API request (not a watch); kopf retries with backoff after it.
+REQUEST_TIMEOUT_S = 60
+
+
+def operator_settings(memo: Any) -> OperatorSettings:
+    """The operator settings from the memo, loading them from the environment the first time."""
+
+    found = memo.get(SETTINGS_KEY)
+    if isinstance(found, OperatorSettings):
+        return found
+    loaded = load_settings()
+    memo[SETTINGS_KEY] = loaded
+    return loaded
+
+
+def api_server(settings: OperatorSettings) -> str | None:
+    """The explicit API URL for tests and local development (settings ``api_server``), if any."""
+
+    value = getattr(settings, "api_server", None)
+    return str(value) if value else None
+
+
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger) -> None:
+    """Tune kopf and connect to the API once."""
+
+    ops = operator_settings(memo)
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration",
+    )
+    settings.persistence.finalizer = FINALIZER
+    # Handler successes stay in the log; only warnings and errors (and the operator's own
+    # kopf.event calls) become Kubernetes Events, so a healthy reconcile posts no Event.
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_S
+    settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT_S
+    settings.watching.connect_timeout = CONNECT_TIMEOUT_S
+    settings.networking.request_timeout = REQUEST_TIMEOUT_S
+    # One active operator at a time: replicas elect a leader through kopf's peering object,
+    # unless the settings or the command line (--standalone) say the operator runs alone.
+    # Whether the peering object is cluster-wide follows the watched namespaces (kopf sets it).
+    settings.peering.standalone = bool(settings.peering.standalone) or ops.standalone
+    settings.peering.name = ops.peering_name
+
+    memo[MEMO_KEY] = OperatorContext(
+        settings=ops,
+        kube=Kube(connect(api_server(ops)), field_manager=ops.field_manager,
+                  state_timeout_s=ops.status_read_timeout_s),
+    )
+    logger.info("ascend-llm operator configured: namespaces=%s, resync every %ss, standalone=%s",
+                ",".join(ops.namespaces) or "(all)", ops.resync_interval_s, ops.standalone)
+
+
+def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,
+          **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The explicit API URL when the settings name one; otherwise kopf's usual piggybacking on the
+    kubernetes client's configuration (in-cluster service account or kubeconfig)."""
+
+    server = api_server(operator_settings(memo))
+    if server:
+        return kopf.ConnectionInfo(server=server, insecure=True)
+    return kopf.login_via_client(logger=logger, settings=settings, **kwargs)
+
+
+def cleanup(memo: kopf.Memo) -> None:
+    """Close the API connection pool."""
+
+    if MEMO_KEY in memo:
+        context(memo).kube.close()

@@ -1,0 +1,295 @@
+"""The operator's only way to the Kubernetes API (the official ``kubernetes`` client).
+
+Everything that reads or writes children, pods or runtime states goes through :class:`Kube`, so
+the API error policy lives in one place:
+
+- Children are written with **server-side apply** (field manager from the settings,
+  ``ascend-llm-operator``, ``force=True``): fields the operator stops setting are removed, fields
+  other controllers set (a Service's clusterIP, defaulted fields) are kept, and a missing child is
+  created by the same request. ``force`` is deliberate: a field someone took over with
+  ``kubectl edit`` comes back under the operator's control (that is the reconcile).
+- A child is written only when its ``llm.ascend.dev/spec-hash`` annotation differs from the
+  desired one, so a resync that changes nothing sends no write.
+- A child that exists but is not owned by the resource (no owner reference with its uid) is never
+  touched: :meth:`Kube.ensure` reports a conflict instead.
+- 404 on delete is success (already gone). Pod state reads that fail for any reason (no pod IP
+  yet, runtime not listening, timeout, malformed answer) give ``None`` ("unknown"), logged at debug.
+
+The client is synchronous; every call runs in a worker thread (``asyncio.to_thread``) so kopf's
+event loop never blocks. The :class:`kubernetes.client.ApiClient` is created once per process
+(its first use costs about a second of lazy imports).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import kubernetes
+import urllib3
+from ascend_runtime.config import DEFAULT_RUNTIME_PORT, RuntimeState
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+from pydantic import ValidationError
+
+from ascend_operator.api import GROUP, PLURAL, VERSION
+from ascend_operator.builders.common import SPEC_HASH_ANNOTATION
+
+logger = logging.getLogger(__name__)
+
+#: The state document the runtime serves on its port (see ascend_runtime's server).
+STATE_PATH = "state"
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    """A kind of child object and the client methods that serve it."""
+
+    kind: str
+    api_version: str
+    plural: str
+    api: str  # the client's API class
+    method_suffix: str  # ``create_namespaced_<suffix>`` and friends
+
+    @property
+    def group(self) -> str:
+        group, _, _ = self.api_version.rpartition("/")
+        return group
+
+
+CONFIGMAP = ChildKind("ConfigMap", "v1", "configmaps", "CoreV1Api", "config_map")
+SERVICE = ChildKind("Service", "v1", "services", "CoreV1Api", "service")
+DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments", "AppsV1Api", "deployment")
+PDB = ChildKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", "PolicyV1Api", "pod_disruption_budget")
+POD = ChildKind("Pod", "v1", "pods", "CoreV1Api", "pod")
+
+CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB)
+KINDS_BY_NAME: Final = {kind.kind: kind for kind in (*CHILD_KINDS, POD)}
+
+#: Every (apiGroup, resource) -> verbs this module calls. :meth:`Kube._call` refuses any other
+#: combination, and ``ascend_operator.rbac`` must grant exactly these (a unit test compares).
+#: ``create`` beside ``patch``: server-side apply of a missing object is authorized as create.
+API_VERBS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
+    **{(kind.group, kind.plural): frozenset({"get", "list", "create", "patch", "delete"}) for kind in CHILD_KINDS},
+    ("", "pods"): frozenset({"list"}),
+    ("", "pods/proxy"): frozenset({"get"}),
+    (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
+}
+
+_METHOD_PREFIX = {
+    "get": "read_namespaced_",
+    "list": "list_namespaced_",
+    "create": "create_namespaced_",  # reached through server-side apply (see API_VERBS)
+    "patch": "patch_namespaced_",
+    "delete": "delete_namespaced_",
+}
+
+
+class Outcome(str, enum.Enum):
+    """What :meth:`Kube.ensure` did with one child."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    CONFLICT = "conflict"  # a same-named object the resource does not own
+
+
+@dataclass(frozen=True)
+class EnsureResult:
+    outcome: Outcome
+    kind: str
+    name: str
+    detail: str = ""
+
+
+def connect(api_server: str | None = None) -> kubernetes.client.ApiClient:
+    """One API client: ``api_server`` without TLS checks (tests, local development); otherwise the
+    in-cluster service account, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``)."""
+
+    configuration = kubernetes.client.Configuration()
+    if api_server:
+        configuration.host = api_server.rstrip("/")
+        configuration.verify_ssl = False
+    else:
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        except ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=configuration)
+    return kubernetes.client.ApiClient(configuration)
+
+
+def owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
+    """Whether ``obj`` has an owner reference to ``owner_uid``."""
+
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("uid") == owner_uid for ref in refs)
+
+
+def spec_hash(obj: Mapping[str, Any]) -> str | None:
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+
+
+class Kube:
+    """The API calls of the reconcile, each run in a worker thread."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, *, field_manager: str,
+                 state_timeout_s: float) -> None:
+        self._client = api_client
+        self._field_manager = field_manager
+        self._state_timeout_s = state_timeout_s
+        # Built now, at start-up: the first use of an API class costs about a second of imports.
+        self._apis: dict[str, Any] = {
+            name: getattr(kubernetes.client, name)(api_client)
+            for name in ("CoreV1Api", "AppsV1Api", "PolicyV1Api", "CustomObjectsApi")
+        }
+
+    def close(self) -> None:
+        self._client.close()
+
+    # ------------------------------------------------------------------ the choke point
+
+    def _api(self, name: str) -> Any:
+        return self._apis[name]
+
+    async def _call(self, kind: ChildKind, verb: str, *args: Any, resource: str | None = None,
+                    **kwargs: Any) -> Any:
+        """Call ``verb`` on ``kind``; returns the decoded JSON body (raw, camelCase)."""
+
+        plural = resource or kind.plural
+        if verb not in API_VERBS.get((kind.group, plural), frozenset()):
+            raise PermissionError(f"{verb} on {plural} is not declared in k8s.API_VERBS (nor granted by rbac.py)")
+        if resource == "pods/proxy":
+            method = self._api(kind.api).connect_get_namespaced_pod_proxy_with_path
+        else:
+            method = getattr(self._api(kind.api), _METHOD_PREFIX[verb] + kind.method_suffix)
+        response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
+        data = response.data
+        return json.loads(data) if data else None
+
+    # ------------------------------------------------------------------ children
+
+    async def read(self, kind: ChildKind, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call(kind, "get", name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def list(self, kind: ChildKind, namespace: str, selector: str) -> list[dict[str, Any]]:
+        body = await self._call(kind, "list", namespace, label_selector=selector)
+        items = body.get("items") or []
+        for item in items:  # list items carry no kind of their own
+            item.setdefault("apiVersion", kind.api_version)
+            item.setdefault("kind", kind.kind)
+        return items
+
+    async def apply(self, kind: ChildKind, child: Mapping[str, Any]) -> dict[str, Any]:
+        meta = child["metadata"]
+        return await self._call(
+            kind, "patch", meta["name"], meta["namespace"], dict(child),
+            field_manager=self._field_manager, force=True, _content_type=APPLY_CONTENT_TYPE,
+        )
+
+    async def ensure(self, child: Mapping[str, Any], owner_uid: str) -> EnsureResult:
+        """Make ``child`` (a complete manifest with owner reference and spec-hash) exist as built.
+
+        Reads the live object; applies only when it is missing or its spec-hash differs.
+        """
+
+        kind = KINDS_BY_NAME[child["kind"]]
+        meta = child["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        live = await self.read(kind, namespace, name)
+        if live is not None and not owned_by(live, owner_uid):
+            return EnsureResult(Outcome.CONFLICT, kind.kind, name,
+                                f"{kind.kind} {namespace}/{name} exists and is not owned by this resource; "
+                                "rename or delete it")
+        if live is not None and spec_hash(live) == spec_hash(child):
+            return EnsureResult(Outcome.UNCHANGED, kind.kind, name)
+        await self.apply(kind, child)
+        return EnsureResult(Outcome.CREATED if live is None else Outcome.UPDATED, kind.kind, name)
+
+    async def delete(self, kind: ChildKind, namespace: str, name: str) -> bool:
+        """Delete one child; ``False`` when it was already gone."""
+
+        try:
+            await self._call(kind, "delete", name, namespace, propagation_policy="Background")
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    async def prune(self, kind: ChildKind, namespace: str, selector: str, owner_uid: str,
+                    keep: set[str]) -> list[str]:
+        """Delete the children of ``kind`` owned by ``owner_uid`` whose names are not in ``keep``."""
+
+        deleted = []
+        for item in await self.list(kind, namespace, selector):
+            name = item["metadata"]["name"]
+            if name not in keep and owned_by(item, owner_uid) and await self.delete(kind, namespace, name):
+                deleted.append(name)
+        return deleted
+
+    # ------------------------------------------------------------------ the resource's status
+
+    async def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        """Merge-patch ``status`` of the resource through its status subresource; ``False`` when
+        the resource is gone."""
+
+
+        resource = f"{PLURAL}/status"
+        if "patch" not in API_VERBS[(GROUP, resource)]:
+            raise PermissionError(f"patch on {resource} is not declared in k8s.API_VERBS")
+        api = self._api("CustomObjectsApi")
+        try:
+            await asyncio.to_thread(
+                api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURAL, name,
+                {"status": dict(patch)}, field_manager=self._field_manager,
+                _content_type="application/merge-patch+json", _preload_content=False,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    # ------------------------------------------------------------------ pods and runtime state
+
+    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return await self.list(POD, namespace, selector)
+
+    async def read_state(self, namespace: str, pod: str, port: int = DEFAULT_RUNTIME_PORT) -> RuntimeState | None:
+        """The runtime state of ``pod`` through the API server's pod proxy, or ``None``."""
+
+        try:
+            body = await self._call(POD, "get", f"{pod}:{port}", namespace, STATE_PATH, resource="pods/proxy",
+                                    _request_timeout=self._state_timeout_s)
+            return RuntimeState.model_validate(body)
+        except ApiException as error:
+            logger.debug("state of pod %s/%s not readable: HTTP %s %s", namespace, pod, error.status, error.reason)
+        except urllib3.exceptions.HTTPError as error:
+            logger.debug("state of pod %s/%s not readable: %s", namespace, pod, error)
+        except (ValueError, ValidationError) as error:  # JSONDecodeError is a ValueError
+            logger.debug("state of pod %s/%s is not a runtime state: %s", namespace, pod, error)
+        return None
+
+    async def read_states(self, namespace: str, pods: Sequence[Mapping[str, Any]],
+                          port: int = DEFAULT_RUNTIME_PORT) -> dict[str, RuntimeState | None]:
+        """States of the running pods (concurrently); pods not running get ``None`` unasked."""
+
+        names = [pod["metadata"]["name"] for pod in pods]
+        running = [name for pod, name in zip(pods, names, strict=True)
+                   if (pod.get("status") or {}).get("phase") == "Running"
+                   and not pod["metadata"].get("deletionTimestamp")]
+        states = await asyncio.gather(*(self.read_state(namespace, name, port) for name in running))
+        result: dict[str, RuntimeState | None] = dict.fromkeys(names)
+        result.update(zip(running, states, strict=True))
+        return result

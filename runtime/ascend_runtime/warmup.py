@@ -1,0 +1,124 @@
+"""Warmup: real requests through the engine before the pod reports ready.
+
+First requests after start-up are slow on Ascend (kernels compile on first use, new shapes
+recompile), so a pod must not take traffic before it has served the shapes users send. The
+plan covers every configured prompt length at every configured concurrency level (clipped
+to what the engine accepts), as completions with exact token-id prompts (exact shapes,
+whatever the tokenizer) and, when enabled, once per concurrency level through the chat
+template. Every request must succeed; one that fails makes the warmup, and the start, fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from ascend_runtime.config import WarmupConfig
+
+#: Token ids used to build prompts: ordinary tokens in any real vocabulary (ids below ~100
+#: are often special or control tokens), cycled to the wanted length.
+PROMPT_TOKEN_RANGE = range(100, 1000)
+#: Tokens kept free between a prompt and the model length, besides the generated ones.
+LENGTH_MARGIN = 8
+
+
+@dataclass(frozen=True)
+class WarmupRequest:
+    kind: str  # "completion" or "chat"
+    prompt_tokens: int
+    concurrency: int
+
+
+@dataclass
+class WarmupResult:
+    ok: bool
+    seconds: float
+    requests: int
+    reason: str | None = None
+    steps: list[dict] = field(default_factory=list)
+
+
+def plan_warmup(config: WarmupConfig, max_model_len: int | None, max_num_seqs: int | None) -> list[list[WarmupRequest]]:
+    """The waves of requests to send: each inner list is sent concurrently.
+
+    Pure: the lengths are clipped to ``max_model_len - max_tokens - margin`` and concurrency
+    to ``max_num_seqs``; duplicates after clipping are dropped, order is ascending.
+    """
+
+    limit = None if max_model_len is None else max(1, max_model_len - config.max_tokens - LENGTH_MARGIN)
+    lengths = sorted({min(length, limit) if limit else length for length in config.prompt_lengths})
+    levels = sorted({min(level, max_num_seqs) if max_num_seqs else level for level in config.concurrency})
+    waves: list[list[WarmupRequest]] = []
+    for level in levels:
+        for length in lengths:
+            waves.append([WarmupRequest("completion", length, level)] * level)
+        if config.chat:
+            waves.append([WarmupRequest("chat", lengths[0], level)] * level)
+    return waves
+
+
+def _prompt(length: int, salt: int) -> list[int]:
+    span = len(PROMPT_TOKEN_RANGE)
+    return [PROMPT_TOKEN_RANGE[(salt * 7919 + i) % span] for i in range(length)]
+
+
+async def _send(session: aiohttp.ClientSession, base: str, model: str, request: WarmupRequest,
+                max_tokens: int, salt: int) -> None:
+    if request.kind == "chat":
+        url = f"{base}/v1/chat/completions"
+        body: dict = {
+            "model": model,
+            "messages": [{"role": "user", "content": "Warm up the chat template. " * max(1, request.prompt_tokens // 6)}],
+            "max_tokens": max_tokens,
+        }
+    else:
+        url = f"{base}/v1/completions"
+        # Salted prompts so prefix caching does not turn the warmup into cache hits.
+        body = {"model": model, "prompt": _prompt(request.prompt_tokens, salt), "max_tokens": max_tokens}
+    body["temperature"] = 0.0
+    async with session.post(url, json=body) as response:
+        text = await response.text()
+        if response.status != 200:
+            raise WarmupError(f"{request.kind} request ({request.prompt_tokens} tokens, concurrency "
+                              f"{request.concurrency}) got HTTP {response.status}: {text[:300]}")
+        if '"choices"' not in text:
+            raise WarmupError(f"{request.kind} request returned no choices: {text[:300]}")
+
+
+class WarmupError(RuntimeError):
+    pass
+
+
+async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_len: int | None,
+                     max_num_seqs: int | None) -> WarmupResult:
+    """Send the plan to the engine at ``base_url``; never raises for engine errors."""
+
+    started = time.monotonic()
+    waves = plan_warmup(config, max_model_len, max_num_seqs)
+    sent = 0
+    steps: list[dict] = []
+    timeout = aiohttp.ClientTimeout(total=config.timeout_s)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with asyncio.timeout(config.timeout_s):
+                for wave in waves:
+                    wave_start = time.monotonic()
+                    await asyncio.gather(*(
+                        _send(session, base_url, model, request, config.max_tokens, sent + i)
+                        for i, request in enumerate(wave)
+                    ))
+                    sent += len(wave)
+                    steps.append({"kind": wave[0].kind, "promptTokens": wave[0].prompt_tokens,
+                                  "concurrency": wave[0].concurrency,
+                                  "seconds": round(time.monotonic() - wave_start, 3)})
+    except WarmupError as error:
+        return WarmupResult(False, time.monotonic() - started, sent, str(error), steps)
+    except (TimeoutError, asyncio.TimeoutError):
+        return WarmupResult(False, time.monotonic() - started, sent,
+                            f"warmup did not finish within {config.timeout_s} s (warmup.timeoutSeconds)", steps)
+    except aiohttp.ClientError as error:
+        return WarmupResult(False, time.monotonic() - started, sent, f"engine connection failed: {error}", steps)
+    return WarmupResult(True, time.monotonic() - started, sent, None, steps)

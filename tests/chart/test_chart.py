@@ -1,0 +1,632 @@
+"""The Helm chart charts/ascend-llm-operator, linted and rendered by real Helm 3 and Helm 4.
+
+Covers:
+- `helm lint --strict` and `helm template` for every ci/*-values.yaml, with both Helm versions;
+- every rendered object valid against the Kubernetes OpenAPI schemas (kubernetes-validate,
+  strict, for 1.30, 1.36 and the newest it knows); the ServiceMonitor against the Prometheus
+  Operator CRD and the kopf peering objects against their CRD, unknown fields included;
+- `--include-crds` renders the AscendLLMDeployment CRD, valid and identical to crds/;
+- bad values (unknown key, wrong type, bad enum, wildcard RBAC) refused by values.schema.json
+  with the field named in Helm's message;
+- the RBAC equal to ascend_operator.rbac.OPERATOR_RULES, framework and application commented
+  apart, ClusterRole vs per-namespace Roles, peering rules only with HA;
+- the operator Deployment: standalone vs HA peering, watched namespaces, liveness, hardening;
+- the settings env read back by the operator's own load_settings, and in step with OperatorSettings;
+- values.yaml documented field by field and listed in the README's table;
+- the Grafana dashboard's queries use metrics the runtime exports and labels the ServiceMonitor keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from ascend_operator import rbac
+from charttools import (
+    CHART_DIR,
+    CI_VALUES,
+    CRD_DATA,
+    REPO_ROOT,
+    Helm,
+    by_kind,
+    load_crd_schema,
+    one,
+)
+
+pytestmark = pytest.mark.tools
+
+#: Kubernetes versions every rendered object must be valid for: the oldest the chart supports
+#: (Chart.yaml kubeVersion is >=1.28; kubernetes-validate's 1.30 is the floor tested), the
+#: acceptance cluster's, and the newest schema kubernetes-validate carries.
+K8S_VERSIONS = ("1.30", "1.36", kubernetes_validate.latest_version())
+CI = {path.name.removesuffix("-values.yaml"): path for path in CI_VALUES}
+FULLNAME = "test-release-ascend-llm-operator"
+RELEASE_NAMESPACE = "llm-system"
+SERVICEMONITOR_CRD = CRD_DATA / "monitoring.coreos.com_servicemonitors.yaml"
+ALD_CRD = "llm.ascend.dev_ascendllmdeployments.yaml"
+
+
+def values(*names: str) -> tuple[Path, ...]:
+    return tuple(CI[name] for name in names)
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = one(objects, "Deployment")
+    (only,) = deployment["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def env_of(objects: list[dict[str, Any]]) -> dict[str, str]:
+    return {item["name"]: item["value"] for item in container(objects)["env"] if "value" in item}
+
+
+def unknown_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Fields of `obj` that a structural CRD schema does not declare (the API server would prune
+    them silently, so a typo in a template would go unnoticed)."""
+    found: list[str] = []
+    if isinstance(obj, dict) and schema.get("type") == "object":
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        if schema.get("x-kubernetes-preserve-unknown-fields") or (properties is None and extra is None):
+            return found  # kept as is (or metadata, which the server checks itself)
+        for key, value in obj.items():
+            if not path and key in ("apiVersion", "kind", "metadata"):
+                continue  # every object has them; CRD schemas need not declare them
+            if properties is not None and key in properties:
+                found += unknown_fields(value, properties[key], f"{path}.{key}")
+            elif isinstance(extra, dict):
+                found += unknown_fields(value, extra, f"{path}.{key}")
+            elif extra is not True:
+                found.append(f"{path}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(obj):
+            found += unknown_fields(item, schema["items"], f"{path}[{index}]")
+    return found
+
+
+def validate_custom(obj: dict[str, Any], schema: dict[str, Any]) -> None:
+    jsonschema.Draft7Validator(schema).validate(obj)
+    assert unknown_fields(obj, schema) == [], f"{obj['kind']} {obj['metadata']['name']}: fields the CRD lacks"
+
+
+def validate_object(obj: dict[str, Any], crd_schemas: dict[str, dict[str, Any]]) -> None:
+    kind = obj["kind"]
+    if kind in crd_schemas:
+        validate_custom(obj, crd_schemas[kind])
+        return
+    for version in K8S_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(
+                f"{kind} {obj['metadata'].get('name')} invalid for Kubernetes {version} at "
+                f"{'.'.join(map(str, error.path))}: {error.message}"
+            )
+
+
+def peering_schemas(helm: Helm) -> dict[str, dict[str, Any]]:
+    """The peering kinds' schemas, from the CRDs the chart itself renders with HA."""
+    schemas = {}
+    for crd in by_kind(helm.render(values("ha")), "CustomResourceDefinition"):
+        (version,) = crd["spec"]["versions"]
+        schemas[crd["spec"]["names"]["kind"]] = version["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+# --- Lint and render over the values matrix ---------------------------------------------------
+
+
+@pytest.mark.parametrize("values_file", CI_VALUES, ids=lambda p: p.name)
+def test_lint_strict_passes_for_every_ci_values_file(helm: Helm, values_file: Path) -> None:
+    result = helm.run("lint", "--strict", str(CHART_DIR), "--values", str(values_file))
+    assert result.returncode == 0, (
+        f"{helm.name} lint --strict -f {values_file.name}:\n{result.stdout}{result.stderr}"
+    )
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("values_file", CI_VALUES, ids=lambda p: p.name)
+def test_every_rendered_object_is_valid_kubernetes(helm: Helm, values_file: Path) -> None:
+    objects = helm.render((values_file,))
+    assert objects, "the chart rendered nothing"
+    schemas = {"ServiceMonitor": load_crd_schema(SERVICEMONITOR_CRD, "v1"), **peering_schemas(helm)}
+    for obj in objects:
+        validate_object(obj, schemas)
+
+
+def test_validation_catches_an_unknown_field_in_a_rendered_object(helm4: Helm) -> None:
+    # The validator itself must fail on a typo, or the test above proves nothing.
+    deployment = one(helm4.render(), "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["livenessProbes"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, "1.30", strict=True)
+    monitor = one(helm4.render(values("monitoring")), "ServiceMonitor")
+    monitor["spec"]["endpoints"][0]["intervall"] = "1m"
+    assert unknown_fields(monitor, load_crd_schema(SERVICEMONITOR_CRD, "v1")) == [
+        ".spec.endpoints[0].intervall"
+    ]
+
+
+def test_every_object_carries_the_recommended_labels(helm: Helm) -> None:
+    for name in CI:
+        for obj in helm.render(values(name)):
+            labels = obj["metadata"].get("labels", {})
+            assert labels.get("app.kubernetes.io/name") == "ascend-llm-operator", obj["kind"]
+            assert labels.get("app.kubernetes.io/instance") == "test-release", obj["kind"]
+            assert labels.get("app.kubernetes.io/managed-by") == "Helm", obj["kind"]
+            assert labels.get("helm.sh/chart") == "ascend-llm-operator-0.1.0", obj["kind"]
+            assert labels.get("app.kubernetes.io/version") == "0.1.0", obj["kind"]
+
+
+def test_selector_never_holds_labels_that_change_on_upgrade(helm: Helm) -> None:
+    # A Deployment's selector is immutable: a chart or app version in it breaks `helm upgrade`.
+    selector = one(helm.render(), "Deployment")["spec"]["selector"]["matchLabels"]
+    assert selector == {
+        "app.kubernetes.io/name": "ascend-llm-operator",
+        "app.kubernetes.io/instance": "test-release",
+        "app.kubernetes.io/component": "operator",
+    }
+
+
+# --- CRDs --------------------------------------------------------------------------------------
+
+
+def test_include_crds_renders_the_ascendllmdeployment_crd_valid_and_unchanged(helm: Helm) -> None:
+    objects = helm.render(include_crds=True)
+    crds = [o for o in by_kind(objects, "CustomResourceDefinition") if o["spec"]["group"] == "llm.ascend.dev"]
+    assert len(crds) == 1
+    chart_copy = yaml.safe_load((CHART_DIR / "crds" / ALD_CRD).read_text(encoding="utf-8"))
+    assert crds[0] == chart_copy
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(crds[0], version, strict=True)
+    assert crds[0]["spec"]["names"]["shortNames"] == ["ald", "ascendllm"]
+    # Without --include-crds, Helm 3 and 4 leave crds/ out of `helm template`.
+    assert not [o for o in by_kind(helm.render(), "CustomResourceDefinition")]
+
+
+def test_chart_crd_is_the_generated_one() -> None:
+    chart_copy = (CHART_DIR / "crds" / ALD_CRD).read_text(encoding="utf-8")
+    assert chart_copy == (REPO_ROOT / "crds" / ALD_CRD).read_text(encoding="utf-8"), (
+        "charts/ascend-llm-operator/crds is stale: run `ascend-llm crd`"
+    )
+
+
+# --- values.schema.json refuses bad values ----------------------------------------------------
+
+BAD_SETS = [
+    pytest.param(("replicaCount=2",), ["replicaCount"], id="unknown-top-level-key"),
+    pytest.param(("settings.imagTag=0.2.0",), ["imagTag"], id="unknown-nested-key"),
+    pytest.param(("ha.replicas=two",), ["replicas"], id="string-for-integer"),
+    pytest.param(("ha.enabled=yes",), ["enabled"], id="string-for-boolean"),
+    pytest.param(("settings.engineRunAsUser=-1",), ["engineRunAsUser"], id="negative-uid"),
+    pytest.param(("settings.hostMounts=all",), ["hostMounts"], id="bad-enum-host-mounts"),
+    pytest.param(("image.pullPolicy=Sometimes",), ["pullPolicy"], id="bad-enum-pull-policy"),
+    pytest.param(("settings.imagePullPolicy=always",), ["imagePullPolicy"], id="bad-enum-engine-pull-policy"),
+    pytest.param(("watchNamespaces[0]=Bad_Namespace",), ["watchNamespaces"], id="bad-namespace-name"),
+    pytest.param(("ha.enabled=true", "ha.replicas=1"), ["replicas"], id="ha-with-one-replica"),
+    pytest.param(("securityContext.runAsRoot=true",), ["runAsRoot"], id="unknown-security-field"),
+    pytest.param(("metrics.serviceMonitor.interval=30 seconds",), ["interval"], id="bad-duration"),
+]
+
+
+@pytest.mark.parametrize(("sets", "fields"), BAD_SETS)
+def test_bad_values_fail_naming_the_field(helm: Helm, sets: tuple[str, ...], fields: list[str]) -> None:
+    result = helm.template(sets=sets)
+    assert result.returncode != 0, f"{helm.name} accepted {sets}"
+    assert "values don't meet the specifications of the schema" in result.stderr or "schema" in result.stderr
+    for field in fields:
+        assert field in result.stderr, f"{helm.name} did not name {field!r}:\n{result.stderr}"
+
+
+def test_wildcard_rbac_rule_is_refused(helm: Helm, tmp_path: Path) -> None:
+    bad = tmp_path / "wildcard.yaml"
+    bad.write_text(
+        yaml.safe_dump(
+            {
+                "rbac": {
+                    "namespacedRules": [
+                        {
+                            "kind": "application",
+                            "comment": "everything",
+                            "apiGroups": [""],
+                            "resources": ["pods"],
+                            "verbs": ["*"],
+                        },
+                    ]
+                }
+            }
+        )
+    )
+    result = helm.template(values=(bad,))
+    assert result.returncode != 0
+    assert "verbs" in result.stderr
+
+
+# --- RBAC --------------------------------------------------------------------------------------
+
+
+def rule_set(rules: list[dict[str, Any]]) -> set[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    return {
+        (tuple(sorted(r["apiGroups"])), tuple(sorted(r["resources"])), tuple(sorted(r["verbs"])))
+        for r in rules
+    }
+
+
+def test_cluster_wide_rbac_equals_the_operator_rules(helm: Helm) -> None:
+    objects = helm.render()
+    role = one(objects, "ClusterRole")
+    assert rule_set(role["rules"]) == rule_set(rbac.cluster_role_rules(peering=False))
+    assert len(role["rules"]) == len(rbac.cluster_role_rules(peering=False)), "a rule rendered twice"
+    assert not by_kind(objects, "Role")
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": FULLNAME,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": FULLNAME, "namespace": RELEASE_NAMESPACE}
+    ]
+
+
+def test_cluster_wide_ha_rbac_equals_the_operator_rules_with_peering(helm: Helm) -> None:
+    role = one(helm.render(values("ha")), "ClusterRole")
+    assert rule_set(role["rules"]) == rule_set(rbac.cluster_role_rules(peering=True))
+
+
+@pytest.mark.parametrize(("name", "peering"), [("namespaced", False), ("namespaced-ha", True)])
+def test_namespaced_rbac_splits_cluster_and_namespace_rules(helm: Helm, name: str, peering: bool) -> None:
+    objects = helm.render(values(name))
+    watched = yaml.safe_load(CI[name].read_text(encoding="utf-8"))["watchNamespaces"]
+    roles = by_kind(objects, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watched)
+    for role in roles:
+        assert rule_set(role["rules"]) == rule_set(rbac.namespaced_rules(peering=peering))
+    assert rule_set(one(objects, "ClusterRole")["rules"]) == rule_set(rbac.cluster_scoped_rules())
+    bindings = by_kind(objects, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(watched)
+    for binding in bindings:
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": FULLNAME,
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": FULLNAME, "namespace": RELEASE_NAMESPACE}
+        ]
+
+
+def test_values_rules_carry_the_operators_framework_and_application_comments() -> None:
+    rules = yaml.safe_load((CHART_DIR / "values.yaml").read_text(encoding="utf-8"))["rbac"]
+    rendered = {
+        f"{rule['kind'].capitalize()}: {rule['comment']}"
+        for rule in rules["clusterRules"] + rules["namespacedRules"]
+    }
+    expected = {rule.comment for rule in rbac.OPERATOR_RULES if rule.peering is None}
+    assert rendered == expected
+
+
+def test_rbac_has_no_wildcards_and_comments_every_rule(helm: Helm) -> None:
+    for name in CI:
+        result = helm.template(values(name))
+        for doc in result.stdout.split("\n---\n"):
+            if not re.search(r"^kind: (Cluster)?Role$", doc, re.MULTILINE):
+                continue
+            rules_text = doc.split("\nrules:\n", 1)[1]
+            items = re.findall(r"^  - apiGroups:", rules_text, re.MULTILINE)
+            comments = re.findall(r"^  # (Framework|Application): \S", rules_text, re.MULTILINE)
+            assert len(comments) == len(items) > 0, (
+                f"{name}: a rule without its Framework:/Application: comment"
+            )
+            # Framework rules first, then application rules: never interleaved.
+            assert comments == sorted(comments, key=lambda c: c != "Framework")
+            obj = yaml.safe_load(doc)
+            for rule in obj["rules"]:
+                for key in ("apiGroups", "resources", "verbs"):
+                    assert "*" not in rule[key], f"{name}: wildcard in {obj['kind']} {key}"
+
+
+def test_peering_rules_come_only_with_ha(helm: Helm) -> None:
+    def peering_rules(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        return [
+            (obj["kind"], obj["metadata"].get("namespace", ""), resource)
+            for obj in objects
+            if obj["kind"] in ("ClusterRole", "Role")
+            for rule in obj["rules"]
+            for resource in rule["resources"]
+            if "kopfpeering" in resource
+        ]
+
+    assert peering_rules(helm.render()) == []
+    assert peering_rules(helm.render(values("ha"))) == [("ClusterRole", "", "clusterkopfpeerings")]
+    assert peering_rules(helm.render(values("namespaced-ha"))) == [("Role", "llm-prod", "kopfpeerings")]
+
+
+# --- The operator Deployment -------------------------------------------------------------------
+
+
+def test_default_is_one_standalone_replica_with_recreate(helm: Helm) -> None:
+    objects = helm.render()
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    main = container(objects)
+    assert main["args"] == ["--standalone", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert main["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    env = env_of(objects)
+    assert env["ASCEND_LLM_OPERATOR_STANDALONE"] == "true"
+    assert env["ASCEND_LLM_OPERATOR_NAMESPACES"] == "[]"
+    assert not by_kind(objects, "ClusterKopfPeering") and not by_kind(objects, "CustomResourceDefinition")
+
+
+def test_ha_runs_replicas_that_share_a_peering_object(helm: Helm) -> None:
+    objects = helm.render(values("ha"))
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert container(objects)["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]
+    peering = one(objects, "ClusterKopfPeering")
+    assert peering["apiVersion"] == "kopf.dev/v1" and peering["metadata"]["name"] == FULLNAME
+    # After the main manifest: Helm maps every main object's kind before creating any.
+    assert peering["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    crds = {crd["metadata"]["name"] for crd in by_kind(objects, "CustomResourceDefinition")}
+    assert crds == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    env = env_of(objects)
+    assert env["ASCEND_LLM_OPERATOR_STANDALONE"] == "false"
+    assert env["ASCEND_LLM_OPERATOR_PEERING_NAME"] == FULLNAME
+
+
+def test_namespaced_ha_uses_a_peering_object_per_watched_namespace(helm: Helm) -> None:
+    objects = helm.render(values("namespaced-ha"))
+    peerings = by_kind(objects, "KopfPeering")
+    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings] == [
+        ("llm-prod", "llm-operators")
+    ]
+    assert not by_kind(objects, "CustomResourceDefinition"), "createPeeringCRDs=false must leave the CRDs out"
+    assert env_of(objects)["ASCEND_LLM_OPERATOR_PEERING_NAME"] == "llm-operators"
+    assert container(objects)["args"] == ["--namespace=llm-prod", "--liveness=http://0.0.0.0:8080/healthz"]
+
+
+def test_watch_namespaces_reach_kopf_and_the_operator(helm: Helm) -> None:
+    objects = helm.render(values("namespaced"))
+    args = container(objects)["args"]
+    assert "--namespace=llm-prod" in args and "--namespace=llm-staging" in args
+    assert "--standalone" in args
+    assert json.loads(env_of(objects)["ASCEND_LLM_OPERATOR_NAMESPACES"]) == ["llm-prod", "llm-staging"]
+
+
+@pytest.mark.parametrize("values_file", CI_VALUES, ids=lambda p: p.name)
+def test_operator_pod_is_hardened(helm: Helm, values_file: Path) -> None:
+    objects = helm.render((values_file,))
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    security = container(objects)["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["runAsNonRoot"] is True
+    # A read-only root needs somewhere to write temporary files.
+    assert {"name": "tmp", "mountPath": "/tmp"} in container(objects)["volumeMounts"]
+
+
+def test_resources_are_unset_by_default_and_passed_when_given(helm: Helm) -> None:
+    assert "resources" not in container(helm.render())
+    assert container(helm.render(values("custom-images")))["resources"] == {
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+        "limits": {"memory": "256Mi"},
+    }
+
+
+def test_custom_images_values_reach_the_pod(helm: Helm) -> None:
+    objects = helm.render(values("custom-images"))
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert container(objects)["image"] == (
+        "registry.example.com/ai/ascend-llm-operator@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    )
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["serviceAccountName"] == "llm-operator"
+    assert not by_kind(objects, "ServiceAccount")
+    assert one(objects, "ClusterRoleBinding")["subjects"][0]["name"] == "llm-operator"
+    assert container(objects)["args"][-1] == "--verbose"
+
+
+# --- Settings env --------------------------------------------------------------------------------
+
+
+def settings_env(objects: list[dict[str, Any]]) -> dict[str, str]:
+    return {k: v for k, v in env_of(objects).items() if k.startswith("ASCEND_LLM_OPERATOR_")}
+
+
+def test_default_settings_env_loads_to_the_operators_own_defaults(helm: Helm) -> None:
+    from ascend_operator.settings import OperatorSettings, load_settings
+
+    loaded = load_settings(settings_env(helm.render()))
+    expected = OperatorSettings(standalone=True, peering_name=FULLNAME)
+    # values.yaml repeats the operator's defaults; a changed default in settings.py must be
+    # mirrored there (or set to null), which this comparison enforces.
+    assert loaded.model_dump() == expected.model_dump()
+
+
+@pytest.mark.parametrize("values_file", CI_VALUES, ids=lambda p: p.name)
+def test_settings_env_of_every_ci_file_is_accepted_by_the_operator(helm: Helm, values_file: Path) -> None:
+    from ascend_operator.settings import load_settings
+
+    load_settings(settings_env(helm.render((values_file,))))
+
+
+def test_settings_values_reach_the_operator(helm: Helm) -> None:
+    from ascend_operator.settings import HostMounts, load_settings
+
+    mounts = load_settings(settings_env(helm.render(values("host-mounts"))))
+    assert mounts.host_mounts == HostMounts.DRIVER
+    assert (mounts.shm_size, mounts.model_cache_size) == ("32Gi", "500Gi")
+    images = load_settings(settings_env(helm.render(values("custom-images"))))
+    assert images.image_repository == "registry.example.com/ai/ascend-llm-runtime"
+    assert images.cpu_image == "registry.example.com/ai/ascend-llm-runtime:0.1.0-vllm-cpu"
+    assert images.resource_name_910b == "huawei.com/Ascend910B"
+    # null is "not passed": the operator's default applies.
+    assert "ASCEND_LLM_OPERATOR_ENGINE_FS_GROUP" not in settings_env(helm.render(values("custom-images")))
+
+
+def test_chart_exposes_every_operator_setting(helm4: Helm) -> None:
+    from ascend_operator.settings import OperatorSettings
+
+    chart_settings = yaml.safe_load((CHART_DIR / "values.yaml").read_text(encoding="utf-8"))["settings"]
+    # Three settings follow from the chart's structure (watchNamespaces, ha) instead.
+    derived = {"namespaces", "standalone", "peering_name"}
+    # Helm's snakecase (the env names in _settings.tpl): a break before an upper-case letter or a
+    # digit that follows a lower-case letter, and before an upper-case letter that starts a word.
+    snake = {
+        re.sub(r"(?<=[a-z])(?=[A-Z0-9])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key).lower() for key in chart_settings
+    }
+    rendered = {name.removeprefix("ASCEND_LLM_OPERATOR_").lower() for name in settings_env(helm4.render())}
+    assert {key for key in snake if key in rendered} | derived == rendered, (
+        "the rule above differs from Helm's"
+    )
+    assert snake | derived == set(OperatorSettings.model_fields)
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text(encoding="utf-8"))
+    assert set(schema["properties"]["settings"]["properties"]) == set(chart_settings)
+
+
+# --- values.yaml documentation and README ------------------------------------------------------
+
+
+def documented_paths(text: str) -> tuple[list[str], list[str]]:
+    """Walk values.yaml: (paths of values with a `# --` comment, leaf values without one).
+
+    A `# --` comment (helm-docs style, possibly continued on the following `#` lines) documents
+    the key under it and everything nested in it (e.g. the fields of an example securityContext).
+    A section key (a mapping of documented keys) needs no `# --` of its own.
+    """
+    documented: list[str] = []
+    undocumented: list[str] = []
+    stack: list[tuple[int, str, bool]] = []  # (indent, key, documented as a whole)
+    comments: list[str] = []  # the comment lines directly above the current line
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comments.append(stripped)
+            continue
+        match = re.match(r"^(\s*)([A-Za-z0-9_.\-/]+):", line)
+        if match:
+            indent, key = len(match.group(1)), match.group(2)
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            has_doc = any(c.startswith("# --") for c in comments)
+            covered = any(doc for _, _, doc in stack)
+            path = ".".join([k for _, k, _ in stack] + [key])
+            is_section = stripped.endswith(":")
+            if has_doc and not covered:
+                documented.append(path)
+            elif not has_doc and not covered and not is_section:
+                undocumented.append(path)
+            stack.append((indent, key, has_doc))
+        comments = []
+    return documented, undocumented
+
+
+def test_every_value_is_documented() -> None:
+    documented, undocumented = documented_paths((CHART_DIR / "values.yaml").read_text(encoding="utf-8"))
+    assert undocumented == []
+    assert {
+        "image.repository",
+        "watchNamespaces",
+        "ha.enabled",
+        "settings.hostMounts",
+        "metrics.serviceMonitor.enabled",
+        "grafanaDashboard.enabled",
+    } <= set(documented)
+
+
+def test_readme_lists_every_documented_value() -> None:
+    documented, _ = documented_paths((CHART_DIR / "values.yaml").read_text(encoding="utf-8"))
+    readme = (CHART_DIR / "README.md").read_text(encoding="utf-8")
+    missing = [path for path in documented if f"| `{path}` |" not in readme]
+    assert missing == [], "charts/ascend-llm-operator/README.md lacks these values in its table"
+    assert "kubectl apply --server-side -f" in readme, "the CRD-upgrade caveat"
+
+
+# --- Monitoring --------------------------------------------------------------------------------
+
+
+def test_servicemonitor_scrapes_the_runtime_metrics_port_of_engine_services(helm: Helm) -> None:
+    objects = helm.render(values("monitoring"))
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("metrics", "/metrics", "15s")
+    namespaced = one(
+        helm.render(values("namespaced"), sets=("metrics.serviceMonitor.enabled=true",)), "ServiceMonitor"
+    )
+    assert namespaced["spec"]["namespaceSelector"] == {"matchNames": ["llm-prod", "llm-staging"]}
+    assert not by_kind(helm.render(), "ServiceMonitor")
+
+
+def test_servicemonitor_selects_the_services_the_operator_builds(helm4: Helm) -> None:
+    from ascend_operator.api import AscendLLMDeploymentSpec
+    from ascend_operator.builders import BuildMeta, build_children
+    from ascend_operator.settings import OperatorSettings
+
+    monitor = one(helm4.render(values("monitoring")), "ServiceMonitor")
+    resource = yaml.safe_load((REPO_ROOT / "examples" / "qwen72b-910b-tp8.yaml").read_text(encoding="utf-8"))
+    spec = AscendLLMDeploymentSpec.model_validate(resource["spec"])
+    service = build_children(
+        BuildMeta(resource["metadata"]["name"], "llm-prod"), spec, OperatorSettings()
+    ).service
+    labels = service["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    port = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
+    assert port["targetPort"] == "runtime"
+    # The dashboard (and KEDA's queries) select by the label the ServiceMonitor copies onto series.
+    assert set(monitor["spec"]["targetLabels"]) <= labels.keys()
+    series_label = re.sub(r"[^a-zA-Z0-9_]", "_", monitor["spec"]["targetLabels"][0])
+    assert series_label == OperatorSettings().prometheus_instance_label
+
+
+def dashboard(helm: Helm) -> dict[str, Any]:
+    configmap = one(helm.render(values("monitoring")), "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["annotations"] == {"grafana_folder": "LLM"}
+    return json.loads(configmap["data"]["ascend-llm-deployments.json"])
+
+
+def test_dashboard_shows_throughput_queue_kv_cache_graph_mode_leak_slope_and_warmup(helm: Helm) -> None:
+    board = dashboard(helm)
+    exprs = " ".join(t["expr"] for panel in board["panels"] for t in panel["targets"])
+    for needed in (
+        "rate(vllm:generation_tokens_total",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "ascend_llm_graph_mode",
+        "ascend_llm_memory_slope_mb_per_hour",
+        "ascend_llm_warmup_seconds",
+    ):
+        assert needed in exprs, needed
+    assert len({panel["id"] for panel in board["panels"]}) == len(board["panels"])
+    assert not by_kind(helm.render(), "ConfigMap")
+
+
+def test_dashboard_uses_only_metrics_the_runtime_exports() -> None:
+    board = json.loads((CHART_DIR / "files" / "ascend-llm-deployments.json").read_text(encoding="utf-8"))
+    exprs = " ".join(t["expr"] for panel in board["panels"] for t in panel["targets"])
+    used = set(re.findall(r"\b(ascend_llm_[a-z0-9_]+)", exprs))
+    runtime_source = "\n".join(
+        path.read_text(encoding="utf-8") for path in (REPO_ROOT / "runtime" / "ascend_runtime").rglob("*.py")
+    )
+    # prometheus_client adds _total to counters; the source names them without it.
+    missing = sorted(name for name in used if f'"{name.removesuffix("_total")}"' not in runtime_source)
+    assert missing == [], "the dashboard queries metrics the runtime does not define"
+    labels = {var["name"]: var["definition"] for var in board["templating"]["list"] if var["type"] == "query"}
+    assert "app_kubernetes_io_instance" in labels["deployment"]

@@ -1,0 +1,180 @@
+"""A stand-in for the vLLM OpenAI server, for tests of the real runtime process in seconds.
+
+The runtime launches whatever ``engine.command`` says, so tests point it at this script. It
+accepts any vLLM flags, serves ``/health``, ``/v1/models``, ``/v1/completions``,
+``/v1/chat/completions`` and ``/metrics`` (the ``vllm:*`` families the runtime reads), and
+misbehaves on request through environment variables:
+
+- ``FAKE_ENGINE_STARTUP_S``: seconds before ``/health`` answers 200.
+- ``FAKE_ENGINE_CAPTURE_FAIL``: when the engine runs in graph mode (no ``--enforce-eager``),
+  print the lines of this log file (a real vllm-ascend capture failure) and hang, as vLLM does
+  while its workers tear down; the runtime must not wait for the exit.
+- ``FAKE_ENGINE_REPLAY_FAIL_AFTER``: in graph mode, after this many completions print a real
+  replay-failure traceback (``FAKE_ENGINE_REPLAY_LOG``) and exit 1.
+- ``FAKE_ENGINE_CRASH_ONCE_AFTER_S``: exit 1 once, this long after start (a marker file in
+  ``FAKE_ENGINE_STATE_DIR`` keeps it to once).
+- ``FAKE_ENGINE_FAIL_REQUESTS``: answer completions with HTTP 500 (warmup must fail).
+- ``FAKE_ENGINE_REQUEST_S``: seconds each completion takes (for drain tests).
+- ``FAKE_ENGINE_RSS_MB_PER_S``: grow resident memory at this rate (leak tests).
+- ``FAKE_ENGINE_HANG_AFTER``: after this many completions, requests never finish and the
+  generated-token counter stops (hang tests).
+- ``FAKE_ENGINE_LAUNCH_LOG``: append one line per launch (the argv) to this file.
+
+SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
+without it in-flight requests are aborted (vLLM before 0.18).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+
+def env_float(name: str) -> float | None:
+    value = os.environ.get(name)
+    return float(value) if value else None
+
+
+class FakeEngine:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.graph = not args.enforce_eager
+        self.started = time.monotonic()
+        self.startup_s = env_float("FAKE_ENGINE_STARTUP_S") or 0.2
+        self.running = 0
+        self.completions = 0
+        self.tokens = 0
+        self.draining = False
+        self.hang_after = env_float("FAKE_ENGINE_HANG_AFTER")
+        self.replay_after = env_float("FAKE_ENGINE_REPLAY_FAIL_AFTER")
+        self.request_s = env_float("FAKE_ENGINE_REQUEST_S") or 0.0
+        self.ballast: list[bytes] = []
+
+    def ready(self) -> bool:
+        return time.monotonic() - self.started >= self.startup_s
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(status=200 if self.ready() and not self.draining else 503)
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.args.served_model_name or self.args.model}]})
+
+    async def complete(self, request: web.Request) -> web.Response:
+        if self.draining:
+            return web.json_response({"error": "server shutting down"}, status=503)
+        if os.environ.get("FAKE_ENGINE_FAIL_REQUESTS"):
+            return web.json_response({"error": "injected failure"}, status=500)
+        body = await request.json()
+        self.running += 1
+        try:
+            self.completions += 1
+            if self.hang_after is not None and self.completions > self.hang_after:
+                await asyncio.sleep(3600)
+            if self.graph and self.replay_after is not None and self.completions > self.replay_after:
+                print_log(os.environ["FAKE_ENGINE_REPLAY_LOG"])
+                os._exit(1)
+            await asyncio.sleep(self.request_s)
+            produced = int(body.get("max_tokens") or 4)
+            self.tokens += produced
+        finally:
+            self.running -= 1
+        key = "message" if "messages" in body else "text"
+        choice = {"index": 0, key: {"role": "assistant", "content": "ok"} if key == "message" else "ok",
+                  "finish_reason": "length"}
+        return web.json_response({"object": "completion", "choices": [choice]})
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        labels = '{engine="0",model_name="fake"}'
+        text = (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{labels} {float(self.running)}\n"
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{labels} 0.0\n"
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f"vllm:generation_tokens_total{labels} {float(self.tokens)}\n"
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+
+def print_log(path: str) -> None:
+    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        print(line, flush=True)
+
+
+async def grow_rss(engine: FakeEngine, rate_mb_s: float) -> None:
+    while True:
+        chunk = bytearray(int(rate_mb_s * 1024 * 1024 * 0.1))
+        for i in range(0, len(chunk), 4096):  # touch every page so it is resident
+            chunk[i] = 1
+        engine.ballast.append(bytes(chunk))
+        await asyncio.sleep(0.1)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--shutdown-timeout", type=float, default=None)
+    args, _unknown = parser.parse_known_args()
+    if log := os.environ.get("FAKE_ENGINE_LAUNCH_LOG"):
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(sys.argv[1:]) + "\n")
+
+    engine = FakeEngine(args)
+    print(f"INFO fake engine: model={args.model} graph={engine.graph}", flush=True)
+    if engine.graph and os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
+        await asyncio.sleep(0.3)
+        print_log(os.environ["FAKE_ENGINE_CAPTURE_FAIL"])
+        await asyncio.sleep(3600)  # vLLM often lingers while its workers die
+
+    app = web.Application()
+    app.router.add_get("/health", engine.health)
+    app.router.add_get("/v1/models", engine.models)
+    app.router.add_post("/v1/completions", engine.complete)
+    app.router.add_post("/v1/chat/completions", engine.complete)
+    app.router.add_get("/metrics", engine.metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.host, args.port).start()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    tasks = []
+    if rate := env_float("FAKE_ENGINE_RSS_MB_PER_S"):
+        tasks.append(asyncio.create_task(grow_rss(engine, rate)))
+    crash_after = env_float("FAKE_ENGINE_CRASH_ONCE_AFTER_S")
+    marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "crashed-once"
+    if crash_after is not None and not marker.exists():
+        async def crash() -> None:
+            await asyncio.sleep(crash_after)
+            marker.write_text("1")
+            print("ERROR fake engine: injected crash", flush=True)
+            os._exit(1)
+        tasks.append(asyncio.create_task(crash()))
+    print("INFO:     Application startup complete.", flush=True)
+    await stop.wait()
+    engine.draining = True
+    if args.shutdown_timeout:
+        deadline = time.monotonic() + args.shutdown_timeout
+        while engine.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,176 @@
+"""Pod and runtime state -> the resource's status, through the real client path.
+
+The tests play the Deployment controller and the kubelet (they put pods into the emulator) and
+the in-pod runtime (they set what each pod's ``GET /state`` answers through the API server's pod
+proxy). The operator's resync reads both and writes the status: phase, ready replicas, the graph
+mode per replica, the remembered mode (and its use and loss), conditions, and Events posted once
+per transition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState, WarmupReport
+from k8s_emulator import RealisticEmulator
+from operator_harness import (
+    CONFIGMAPS,
+    EVENTS,
+    NAMESPACE,
+    PODS,
+    RESYNC_S,
+    api,
+    apply_resource,
+    cr_path,
+    get_resource,
+    pod,
+    settle,
+    wait_for,
+)
+
+ASCEND_SPEC: dict[str, Any] = {
+    "model": {"hostPath": {"path": "/models/qwen"}, "servedName": "qwen"},
+    "replicas": 2,
+    "npu": {"perReplica": 1},
+}
+NPU = "huawei.com/Ascend910"
+
+
+def state(phase: RuntimePhase, mode: GraphMode | None = GraphMode.FULL_AND_PIECEWISE, **fields: Any) -> dict[str, Any]:
+    ready = phase == RuntimePhase.READY
+    values: dict[str, Any] = {"phase": phase, "ready": ready, "mode": mode,
+                              "requested_mode": GraphMode.FULL_AND_PIECEWISE, **fields}
+    return RuntimeState(**values).model_dump(mode="json", by_alias=True)
+
+
+def status(emulator: RealisticEmulator, name: str = "qwen") -> dict[str, Any]:
+    return (get_resource(emulator, name) or {}).get("status") or {}
+
+
+def condition(emulator: RealisticEmulator, type_: str, name: str = "qwen") -> dict[str, Any]:
+    return next((c for c in status(emulator, name).get("conditions", []) if c["type"] == type_), {})
+
+
+def events(emulator: RealisticEmulator, reason: str) -> list[dict[str, Any]]:
+    return [e for e in emulator.list(*EVENTS, NAMESPACE) if e.get("reason") == reason]
+
+
+def add_pod(emulator: RealisticEmulator, index: int, runtime: dict[str, Any] | None, **kwargs: Any) -> str:
+    body = pod("qwen", index, emulator, **kwargs)
+    emulator.put_object(*PODS, body)
+    if runtime is not None:
+        emulator.set_pod_state(NAMESPACE, body["metadata"]["name"], runtime)
+    return body["metadata"]["name"]
+
+
+async def created(emulator: RealisticEmulator, spec: dict[str, Any] = ASCEND_SPEC) -> None:
+    await apply_resource(emulator, "qwen", spec)
+    await wait_for(lambda: status(emulator).get("phase") == "Pending", what="phase Pending")
+
+
+async def test_ready_pods_make_the_resource_ready_and_remember_the_mode(emulator, operator) -> None:
+    await created(emulator)
+    add_pod(emulator, 0, state(RuntimePhase.READY, warmup=WarmupReport(outcome="succeeded", seconds=3.5, requests=9)))
+    add_pod(emulator, 1, state(RuntimePhase.WARMING_UP, warmup=WarmupReport(outcome="running")), ready=False)
+
+    await wait_for(lambda: status(emulator).get("phase") == "Degraded", what="phase Degraded")
+    assert status(emulator)["readyReplicas"] == 1
+    assert condition(emulator, "Ready")["status"] == "False"
+    assert condition(emulator, "Degraded")["status"] == "True"
+
+    add_pod(emulator, 1, state(RuntimePhase.READY))
+    await wait_for(lambda: status(emulator).get("phase") == "Ready", what="phase Ready")
+    current = status(emulator)
+    assert (current["replicas"], current["readyReplicas"], current["updatedReplicas"]) == (2, 2, 2)
+    assert current["graph"]["mode"] == "FULL_AND_PIECEWISE"
+    assert [r["pod"] for r in current["graph"]["replicas"]] == ["qwen-0", "qwen-1"]
+    assert current["graph"]["rememberedMode"] == "FULL_AND_PIECEWISE"
+    assert current["warmup"] == {"succeeded": 1, "failed": 0, "pending": 1, "lastSeconds": 3.5}
+    assert condition(emulator, "Ready")["status"] == "True"
+    assert condition(emulator, "Progressing")["reason"] == "RolloutComplete"
+    assert condition(emulator, "GraphModeFallback")["status"] == "False"
+    await settle(emulator)
+    assert len(events(emulator, "Ready")) == 1
+
+
+async def test_a_fallback_sets_the_condition_once_and_is_remembered(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    reason = "graph capture failed: aclgraph capture out of memory"
+    add_pod(emulator, 0, state(RuntimePhase.READY, mode=GraphMode.PIECEWISE, rung=3, fallbacks=1,
+                               fallback_reason=reason))
+
+    fallback = await wait_for(lambda: condition(emulator, "GraphModeFallback").get("status") == "True"
+                              and condition(emulator, "GraphModeFallback"), what="GraphModeFallback")
+    assert fallback["reason"] == "FellBack"
+    assert fallback["message"] == f"qwen-0 runs PIECEWISE instead of FULL_AND_PIECEWISE: {reason}"
+    assert status(emulator)["graph"]["rememberedMode"] == "PIECEWISE"
+    assert status(emulator)["graph"]["fallbacks"] == 1
+    # New pods start at the remembered mode: the engine config carries it.
+    await wait_for(lambda: "startMode: PIECEWISE" in emulator.get(*CONFIGMAPS, NAMESPACE, "qwen-config")["data"][
+        "engine-config.yaml"], what="startMode in the engine config")
+    await settle(emulator, quiet=4 * RESYNC_S)
+    assert len(events(emulator, "FellBack")) == 1
+
+
+async def test_an_image_change_drops_the_remembered_mode(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    add_pod(emulator, 0, state(RuntimePhase.READY, mode=GraphMode.PIECEWISE, rung=3))
+    await wait_for(lambda: status(emulator).get("graph", {}).get("rememberedMode") == "PIECEWISE",
+                   what="the remembered mode")
+    remembered_for = status(emulator)["graph"]["rememberedFor"]
+
+    await api(emulator, "PATCH", cr_path("qwen"), {"spec": {"image": "registry.local/runtime:2"}})
+    # The old pod still reports its mode, but it runs the old image: nothing is remembered now.
+    await wait_for(lambda: "rememberedMode" not in status(emulator).get("graph", {})
+                   and status(emulator).get("observedGeneration") == 2, what="the mode to be dropped")
+    assert status(emulator)["updatedReplicas"] == 0
+    config = emulator.get(*CONFIGMAPS, NAMESPACE, "qwen-config")["data"]["engine-config.yaml"]
+    assert "startMode" not in config and "image: registry.local/runtime:2" in config
+    assert remembered_for != ""
+
+
+async def test_pods_unschedulable_for_lack_of_npus_are_waiting_for_npu(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    message = f"0/4 nodes are available: 4 Insufficient {NPU}. preemption: 0/4 nodes are available."
+    add_pod(emulator, 0, None, scheduled=("Unschedulable", message))
+
+    await wait_for(lambda: status(emulator).get("phase") == "WaitingForNPU", what="phase WaitingForNPU")
+    assert message in condition(emulator, "Ready")["message"]
+    assert condition(emulator, "Progressing")["status"] == "True"
+
+
+async def test_a_crash_looping_pod_is_failed(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    add_pod(emulator, 0, None, ready=False, waiting="CrashLoopBackOff")
+
+    await wait_for(lambda: status(emulator).get("phase") == "Failed", what="phase Failed")
+    assert condition(emulator, "Degraded")["reason"] == "ReplicasFailed"
+    assert "CrashLoopBackOff" in condition(emulator, "Degraded")["message"]
+
+
+async def test_a_leak_is_reported_once(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    add_pod(emulator, 0, state(RuntimePhase.READY, leak_suspected=True,
+                               live_reasons=["host RSS grows 900 MB/h (limit 512)"]))
+
+    leak = await wait_for(lambda: condition(emulator, "LeakSuspected").get("status") == "True"
+                          and condition(emulator, "LeakSuspected"), what="LeakSuspected")
+    assert leak["reason"] == "MemoryLeakSuspected"
+    assert "host RSS grows 900 MB/h" in leak["message"]
+    await settle(emulator, quiet=4 * RESYNC_S)
+    assert len(events(emulator, "MemoryLeakSuspected")) == 1
+
+
+async def test_an_unreadable_runtime_is_unknown_not_an_error(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    add_pod(emulator, 0, None, ready=False)  # running, but nothing answers on the runtime port yet
+
+    await wait_for(lambda: status(emulator).get("phase") == "Loading", what="phase Loading")
+    assert status(emulator)["graph"]["replicas"] == [
+        {"pod": "qwen-0", "ready": False, "fallbacks": 0, "image": status(emulator)["graph"]["replicas"][0]["image"]}]
+    proxied = [r for r in emulator.request_log if r.url.path.endswith("/pods/qwen-0:8080/proxy/state")]
+    assert proxied, "the operator did not ask the pod proxy"
+
+    emulator.set_pod_state(NAMESPACE, "qwen-0", {"not": "a state", "phase": "Nonsense"})
+    await settle(emulator)
+    assert status(emulator)["phase"] == "Loading"  # a malformed answer is as unknown as none

@@ -1,0 +1,1746 @@
+"""The pure builders: spec + operator settings -> ConfigMap (engine config), Deployment, Service
+and PodDisruptionBudget.
+
+Complete expected manifests (golden dict literals, kubespawner style, at the end of this module)
+for each example, which between them cover every chip preset (910B, A3, 310P) and the CPU
+platform; then focused tests for what the examples do not vary: per-chip defaults, driver host
+mounts, hub tokens, the remembered graph mode, the start-up budget formula, grace periods, name
+limits and the spec-hash annotation. Every manifest is also checked with kubernetes_validate.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from ascend_operator.api import AscendLLMDeploymentSpec, parse_spec
+from ascend_operator.builders import (
+    CONFIG_HASH_ANNOTATION,
+    SPEC_HASH_ANNOTATION,
+    BuildMeta,
+    Children,
+    Observed,
+    build_children,
+    remembered_mode_key,
+    selector_string,
+    startup_budget,
+)
+from ascend_operator.names import is_dns1035_label
+from ascend_operator.settings import OperatorSettings, load_settings
+from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig, GraphMode
+
+ROOT = Path(__file__).resolve().parents[2]
+HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}
+DEFAULTS = load_settings({})
+
+
+def render(
+    spec: dict[str, Any],
+    name: str = "demo",
+    settings: OperatorSettings = DEFAULTS,
+    observed: Observed | None = None,
+) -> Children:
+    children = build_children(BuildMeta(name, "llm"), parse_spec(spec), settings, observed)
+    for obj in children.objects():
+        kubernetes_validate.validate(obj, "1.30", strict=True)
+    return children
+
+
+def container(children: Children) -> dict[str, Any]:
+    return children.deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def pod(children: Children) -> dict[str, Any]:
+    return children.deployment["spec"]["template"]["spec"]
+
+
+# --- golden manifests per example ---------------------------------------------------------
+
+
+GOLDEN = {
+    "a3-deployment.yaml": lambda: EXPECTED_A3_DEPLOYMENT,
+    "cpu-tiny.yaml": lambda: EXPECTED_CPU_TINY,
+    "deepseek-moe-ep.yaml": lambda: EXPECTED_DEEPSEEK_MOE_EP,
+    "qwen72b-910b-tp8.yaml": lambda: EXPECTED_QWEN72B_910B_TP8,
+    "small-310p.yaml": lambda: EXPECTED_SMALL_310P,
+}
+
+
+@pytest.mark.parametrize("example", sorted(GOLDEN))
+def test_example_renders_the_expected_manifests(example: str) -> None:
+    resource = yaml.safe_load((ROOT / "examples" / example).read_text())
+    children = render(resource["spec"], resource["metadata"]["name"])
+    expected = GOLDEN[example]()
+    assert children.deployment == expected["deployment"]
+    assert children.service == expected["service"]
+    assert children.pdb == expected["pdb"]
+    configmap = copy.deepcopy(children.configmap)
+    text = configmap["data"].pop(CONFIG_FILE_KEY)
+    assert configmap == {**expected["configmap"], "data": {}}
+    assert yaml.safe_load(text) == expected["engine_config"]
+    # The ConfigMap holds exactly what the runtime will parse back.
+    assert EngineConfig.model_validate(yaml.safe_load(text)) == children.engine_config
+    assert text == children.engine_config.to_yaml()
+
+
+def test_examples_cover_every_chip_preset_and_cpu() -> None:
+    chips = set()
+    for example in GOLDEN:
+        spec = parse_spec(yaml.safe_load((ROOT / "examples" / example).read_text())["spec"])
+        chips.add("CPU" if spec.platform.value == "CPU" else spec.npu.chip.value)
+    assert chips == {"910B", "A3", "310P", "CPU"}
+
+
+# --- per-chip defaults --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, resource, image_suffix, dtype",
+    [
+        ({"model": HF}, "huawei.com/Ascend910", "-vllm-ascend-v0.23.0", None),
+        (
+            {"model": HF, "npu": {"chip": "A3", "perReplica": 2}, "parallelism": {"tensor": 2}},
+            "huawei.com/Ascend910",
+            "-vllm-ascend-v0.23.0-a3",
+            None,
+        ),
+        (
+            {"model": HF, "npu": {"chip": "310P"}},
+            "huawei.com/Ascend310P",
+            "-vllm-ascend-v0.23.0-310p",
+            "float16",
+        ),
+        (
+            {"model": HF, "npu": {"resourceName": "huawei.com/Ascend910-6c.1cpu.16g"}},
+            "huawei.com/Ascend910-6c.1cpu.16g",
+            "-vllm-ascend-v0.23.0",
+            None,
+        ),
+    ],
+)
+def test_chip_presets_choose_resource_image_and_dtype(
+    spec: dict[str, Any], resource: str, image_suffix: str, dtype: str | None
+) -> None:
+    children = render(spec)
+    engine = container(children)
+    per_replica = parse_spec(spec).npu.per_replica
+    assert engine["resources"] == {"requests": {resource: per_replica}, "limits": {resource: per_replica}}
+    assert engine["env"][0] == {
+        "name": "ASCEND_VISIBLE_DEVICES",
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{resource}']"}},
+    }
+    assert engine["image"] == f"ghcr.io/ascend-llm/runtime:0.1.0{image_suffix}"
+    assert children.engine_config.engine.dtype == dtype
+    assert children.engine_config.ascend.chip is not None
+
+
+def test_cpu_platform_has_no_npu_wiring_even_with_driver_mounts() -> None:
+    settings = load_settings({"ASCEND_LLM_OPERATOR_HOST_MOUNTS": "driver"})
+    children = render({"model": HF, "platform": "CPU"}, settings=settings)
+    engine = container(children)
+    assert "resources" not in engine
+    assert [e["name"] for e in engine["env"]] == ["HF_HOME"]
+    assert [v["name"] for v in pod(children)["volumes"]] == ["engine-config", "dshm", "model-cache"]
+    config = children.engine_config
+    assert config.ascend.chip is None and config.engine.dtype == "float32"
+    assert config.engine.env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and config.runtime.preflight is False
+
+
+def test_explicit_image_wins_over_the_chip_default() -> None:
+    children = render({"model": HF, "image": "registry.local/rt:dev"})
+    assert container(children)["image"] == "registry.local/rt:dev" == children.engine_config.image
+
+
+def test_device_env_can_be_turned_off() -> None:
+    settings = load_settings({"ASCEND_LLM_OPERATOR_DEVICE_ENV_FROM_ANNOTATION": "false"})
+    engine = container(render({"model": {"pvc": {"claimName": "m"}}}, settings=settings))
+    assert "env" not in engine
+
+
+# --- volumes, sources, tokens -------------------------------------------------------------
+
+
+def test_driver_host_mounts_when_the_cluster_has_no_ascend_docker_runtime() -> None:
+    settings = load_settings({"ASCEND_LLM_OPERATOR_HOST_MOUNTS": "driver"})
+    children = render(
+        {"model": {"pvc": {"claimName": "models", "subPath": "qwen", "readOnly": False}}}, settings=settings
+    )
+    assert pod(children)["volumes"][2:] == [
+        {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": False}},
+        {"name": "ascend-driver", "hostPath": {"path": "/usr/local/Ascend/driver", "type": "Directory"}},
+        {"name": "ascend-dcmi", "hostPath": {"path": "/usr/local/dcmi", "type": "Directory"}},
+        {"name": "npu-smi", "hostPath": {"path": "/usr/local/bin/npu-smi", "type": "File"}},
+        {"name": "ascend-install-info", "hostPath": {"path": "/etc/ascend_install.info", "type": "File"}},
+    ]
+    assert container(children)["volumeMounts"][2:] == [
+        {"name": "model", "mountPath": "/mnt/model", "readOnly": False, "subPath": "qwen"},
+        {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True},
+        {"name": "ascend-dcmi", "mountPath": "/usr/local/dcmi", "readOnly": True},
+        {"name": "npu-smi", "mountPath": "/usr/local/bin/npu-smi", "readOnly": True},
+        {"name": "ascend-install-info", "mountPath": "/etc/ascend_install.info", "readOnly": True},
+    ]
+    assert children.engine_config.model.path == "/mnt/model"
+
+
+def test_modelscope_token_comes_from_the_secret_reference() -> None:
+    settings = load_settings({"ASCEND_LLM_OPERATOR_MODEL_CACHE_SIZE": "200Gi"})
+    children = render(
+        {
+            "model": {
+                "modelScope": {"id": "qwen/Qwen2.5-7B-Instruct"},
+                "revision": "v1.0",
+                "tokenSecretRef": {"name": "ms-token", "key": "token"},
+            }
+        },
+        settings=settings,
+    )
+    assert container(children)["env"][1:] == [
+        {"name": "VLLM_USE_MODELSCOPE", "value": "true"},
+        {"name": "MODELSCOPE_CACHE", "value": "/var/cache/ascend-llm/modelscope"},
+        {"name": "MODELSCOPE_API_TOKEN", "valueFrom": {"secretKeyRef": {"name": "ms-token", "key": "token"}}},
+    ]
+    assert pod(children)["volumes"][-1] == {"name": "model-cache", "emptyDir": {"sizeLimit": "200Gi"}}
+    model = children.engine_config.model
+    assert (model.path, model.revision, model.served_name) == (
+        "qwen/Qwen2.5-7B-Instruct",
+        "v1.0",
+        "qwen/Qwen2.5-7B-Instruct",
+    )
+    # The token itself never reaches the engine config.
+    assert "token" not in children.configmap["data"][CONFIG_FILE_KEY].lower().replace("maxtokens", "")
+
+
+def test_passthrough_engine_and_health_options_reach_the_engine_config() -> None:
+    children = render(
+        {
+            "model": HF,
+            "engine": {
+                "quantization": "ascend",
+                "extraArgs": ["--seed", "1"],
+                "env": {"TASK_QUEUE_ENABLE": "2"},
+                "shutdownTimeoutSeconds": 120,
+            },
+            "health": {"hangTimeoutSeconds": 60, "leak": {"enabled": False, "graceSeconds": 0}},
+            "warmup": {"enabled": False},
+            "graph": {"policy": "eager", "fallback": False},
+        }
+    )
+    config = children.engine_config
+    assert (config.engine.quantization, config.engine.extra_args) == ("ascend", ["--seed", "1"])
+    assert config.engine.env == {"TASK_QUEUE_ENABLE": "2"} and config.engine.shutdown_timeout_s == 120
+    assert (
+        config.health.hang_timeout_s == 60
+        and config.health.leak.enabled is False
+        and config.health.leak.grace_s == 0
+    )
+    assert config.warmup.enabled is False
+    # preStop 5 + drain 120 + margin 15.
+    assert pod(children)["terminationGracePeriodSeconds"] == 140
+
+
+# --- remembered graph mode ------------------------------------------------------------------
+
+
+def test_remembered_mode_is_used_only_while_its_key_matches() -> None:
+    spec = {"model": HF, "npu": {"perReplica": 2}, "parallelism": {"tensor": 2}}
+    image = DEFAULTS.runtime_image(parse_spec(spec).npu.chip)
+    key = remembered_mode_key(parse_spec(spec), image)
+    remembered = Observed(remembered_mode=GraphMode.PIECEWISE, remembered_for=key)
+    children = render(spec, observed=remembered)
+    assert children.remembered_key == key
+    assert children.engine_config.graph.start_mode is GraphMode.PIECEWISE
+    # A new image, revision or parallelism invalidates it.
+    for changed in (
+        {**spec, "image": "other:1"},
+        {**spec, "model": {**HF, "revision": "main"}},
+        {**spec, "parallelism": {"pipeline": 2}},
+    ):
+        assert render(changed, observed=remembered).engine_config.graph.start_mode is None
+    assert render(spec).engine_config.graph.start_mode is None
+
+
+# --- start-up budget, probes, rollout ---------------------------------------------------------
+
+
+def test_startup_budget_follows_the_documented_formula() -> None:
+    spec = parse_spec(
+        {"model": {"pvc": {"claimName": "m"}, "sizeGiB": 100}, "warmup": {"timeoutSeconds": 600}}
+    )
+    # load 180 + 100 GiB x 2 s; capture 300 (auto); fallback doubles; + warmup 600.
+    assert startup_budget(spec, DEFAULTS).attempt_s == 180 + 200 + 300
+    assert startup_budget(spec, DEFAULTS).total_s == 2 * 680 + 600
+    eager = parse_spec(
+        {"model": {**HF, "sizeGiB": 10}, "graph": {"policy": "eager"}, "warmup": {"enabled": False}}
+    )
+    assert startup_budget(eager, DEFAULTS).total_s == 180 + 10 * 12
+    static = parse_spec(
+        {
+            "model": {**HF, "sizeGiB": 10},
+            "graph": {"policy": "piecewise", "fallback": False},
+            "ascend": {"enableStaticKernel": True},
+            "warmup": {"enabled": False},
+        }
+    )
+    assert startup_budget(static, DEFAULTS).total_s == 180 + 120 + 240 + 1800
+    unknown = parse_spec(
+        {"model": {"hostPath": {"path": "/m"}}, "graph": {"fallback": False}, "warmup": {"enabled": False}}
+    )
+    assert startup_budget(unknown, DEFAULTS).total_s == 180 + 64 * 2 + 300
+
+
+def test_startup_probe_covers_the_budget_and_runtime_timeout_one_attempt() -> None:
+    spec = {"model": {"pvc": {"claimName": "m"}, "sizeGiB": 100}}
+    children = render(spec)
+    probe = container(children)["startupProbe"]
+    budget = startup_budget(parse_spec(spec), DEFAULTS)
+    assert probe["failureThreshold"] * probe["periodSeconds"] >= budget.total_s
+    assert (probe["failureThreshold"] - 1) * probe["periodSeconds"] < budget.total_s
+    assert children.engine_config.runtime.ready_timeout_s == budget.attempt_s
+    assert children.deployment["spec"]["progressDeadlineSeconds"] > budget.total_s
+
+
+def test_rollout_never_needs_a_spare_npu() -> None:
+    recreate = render({"model": HF}).deployment["spec"]["strategy"]
+    rolling = render({"model": HF, "rollout": {"strategy": "RollingUpdate"}}).deployment["spec"]["strategy"]
+    assert recreate == {"type": "Recreate"}
+    assert rolling == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def test_pod_security_matches_the_image_user() -> None:
+    settings = load_settings(
+        {"ASCEND_LLM_OPERATOR_ENGINE_RUN_AS_USER": "1001", "ASCEND_LLM_OPERATOR_ENGINE_RUN_AS_GROUP": "1002"}
+    )
+    security = pod(render({"model": HF}, settings=settings))["securityContext"]
+    assert security == {
+        "runAsNonRoot": True,
+        "runAsUser": 1001,
+        "runAsGroup": 1002,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "fsGroup": 1000,
+    }
+
+
+# --- names, labels, hashes ----------------------------------------------------------------
+
+
+def test_long_resource_names_give_valid_children() -> None:
+    name = "a-very-long-resource-name." + "x" * 200
+    children = render({"model": HF}, name=name)
+    for obj in children.objects():
+        assert is_dns1035_label(obj["metadata"]["name"])
+        assert all(len(value) <= 63 for value in obj["metadata"]["labels"].values())
+    assert (
+        children.deployment["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+        == children.names.configmap
+    )
+
+
+def test_selector_string_matches_the_pod_labels() -> None:
+    children = render({"model": HF}, name="demo")
+    labels = children.deployment["spec"]["template"]["metadata"]["labels"]
+    pairs = dict(item.split("=") for item in selector_string("demo").split(","))
+    assert pairs == children.deployment["spec"]["selector"]["matchLabels"]
+    assert pairs.items() <= labels.items()
+    assert children.service["spec"]["selector"] == pairs
+
+
+def test_children_carry_no_owner_references_and_the_common_labels() -> None:
+    for obj in render({"model": HF}).objects():
+        assert "ownerReferences" not in obj["metadata"]
+        assert {
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/component",
+            "app.kubernetes.io/managed-by",
+            "app.kubernetes.io/part-of",
+        } <= set(obj["metadata"]["labels"])
+        assert SPEC_HASH_ANNOTATION in obj["metadata"]["annotations"]
+
+
+def test_spec_hash_is_stable_and_follows_each_childs_own_content() -> None:
+    spec = {"model": HF, "engine": {"env": {"B": "2", "A": "1"}}}
+    first, again = render(spec), render(copy.deepcopy(spec))
+    assert [o["metadata"]["annotations"] for o in first.objects()] == [
+        o["metadata"]["annotations"] for o in again.objects()
+    ]
+    reordered = render({"engine": {"env": {"A": "1", "B": "2"}}, "model": HF})
+    assert reordered.deployment == first.deployment
+
+    def hashes(children: Children) -> dict[str, str]:
+        return {o["kind"]: o["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for o in children.objects()}
+
+    scaled = render({**spec, "replicas": 3})
+    assert hashes(scaled)["Deployment"] != hashes(first)["Deployment"]
+    assert {k: v for k, v in hashes(scaled).items() if k != "Deployment"} == {
+        k: v for k, v in hashes(first).items() if k != "Deployment"
+    }
+    # A config-only change rolls the pods through the template's config hash.
+    tuned = render({**spec, "engine": {"maxNumSeqs": 8}})
+    assert hashes(tuned)["ConfigMap"] != hashes(first)["ConfigMap"]
+    template_hash = lambda c: c.deployment["spec"]["template"]["metadata"]["annotations"][
+        CONFIG_HASH_ANNOTATION
+    ]  # noqa: E731
+    assert template_hash(tuned) != template_hash(first)
+    ported = render({**spec, "service": {"port": 80}})
+    assert (
+        hashes(ported)["Service"] != hashes(first)["Service"]
+        and hashes(ported)["Deployment"] == hashes(first)["Deployment"]
+    )
+
+
+def test_builders_do_not_mutate_their_inputs() -> None:
+    spec = parse_spec({"model": HF, "npu": {"nodeSelector": {"a": "b"}, "affinity": {"nodeAffinity": {}}}})
+    before = spec.model_dump()
+    children = build_children(BuildMeta("demo", "llm"), spec, DEFAULTS)
+    pod(children)["nodeSelector"]["a"] = "changed"
+    pod(children)["affinity"]["podAffinity"] = {}
+    assert spec.model_dump() == before
+    assert isinstance(spec, AscendLLMDeploymentSpec)
+
+
+# --- golden manifests ---------------------------------------------------------------------
+# Reviewed by hand against the examples; the ConfigMap's data is compared as parsed YAML
+# (engine_config) so a diff shows the field that changed.
+
+EXPECTED_A3_DEPLOYMENT = {
+    "deployment": {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "qwen3-30b-a3",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen3-30b-a3",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen3-30b-a3",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "36701637bc2e0ea1"},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "qwen3-30b-a3",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 2704,
+            "template": {
+                "metadata": {
+                    "labels": {
+                        "app.kubernetes.io/name": "ascend-llm",
+                        "app.kubernetes.io/instance": "qwen3-30b-a3",
+                        "app.kubernetes.io/component": "engine",
+                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                        "app.kubernetes.io/part-of": "ascend-llm",
+                        "llm.ascend.dev/deployment": "qwen3-30b-a3",
+                    },
+                    "annotations": {"llm.ascend.dev/config-hash": "39ce0840e70f10c7"},
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "ascend-llm",
+                                "run",
+                                "--config",
+                                "/etc/ascend-llm/engine-config.yaml",
+                            ],
+                            "ports": [
+                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
+                            ],
+                            "env": [
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
+                                        }
+                                    },
+                                }
+                            ],
+                            "resources": {
+                                "requests": {"huawei.com/Ascend910": 4},
+                                "limits": {"huawei.com/Ascend910": 4},
+                            },
+                            "volumeMounts": [
+                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
+                                {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                            ],
+                            "startupProbe": {
+                                "httpGet": {"path": "/startup", "port": "runtime"},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 211,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {"path": "/ready", "port": "runtime"},
+                                "periodSeconds": 5,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            "livenessProbe": {
+                                "httpGet": {"path": "/live", "port": "runtime"},
+                                "periodSeconds": 15,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 4,
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "privileged": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "engine-config",
+                            "configMap": {
+                                "name": "qwen3-30b-a3-config",
+                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
+                            },
+                        },
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {
+                            "name": "model",
+                            "hostPath": {"path": "/data/models/Qwen3-30B-A3B", "type": "Directory"},
+                        },
+                    ],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "fsGroup": 1000,
+                    },
+                    "terminationGracePeriodSeconds": 50,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [
+                                    {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "accelerator-type",
+                                                "operator": "In",
+                                                "values": ["module-a3-16"],
+                                            }
+                                        ]
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                    "priorityClassName": "llm-serving",
+                    "schedulerName": "volcano",
+                },
+            },
+        },
+    },
+    "service": {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "qwen3-30b-a3",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen3-30b-a3",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen3-30b-a3",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "5e36690b325a63d6"},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen3-30b-a3",
+                "app.kubernetes.io/component": "engine",
+            },
+            "ports": [
+                {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
+            ],
+        },
+    },
+    "pdb": {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": "qwen3-30b-a3",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen3-30b-a3",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen3-30b-a3",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "4e64408d0962351d"},
+        },
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "qwen3-30b-a3",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    },
+    "configmap": {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "qwen3-30b-a3-config",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen3-30b-a3",
+                "app.kubernetes.io/component": "engine-config",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen3-30b-a3",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "0e75647cbb56500e"},
+        },
+        "data": {"engine-config.yaml": "<engine config below>"},
+    },
+    "engine_config": {
+        "schemaVersion": 1,
+        "name": "qwen3-30b-a3",
+        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+        "model": {"path": "/mnt/model", "servedName": "qwen3-30b-a3b", "trustRemoteCode": False},
+        "engine": {
+            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+            "host": "0.0.0.0",
+            "port": 8000,
+            "maxModelLen": 32768,
+            "enablePrefixCaching": True,
+            "parallel": {"tensor": 4, "pipeline": 1, "data": 1, "expert": True},
+            "extraArgs": [],
+            "env": {},
+            "shutdownTimeoutS": 30,
+        },
+        "graph": {
+            "policy": "auto",
+            "fallback": True,
+            "captureSizes": [1, 2, 4, 8, 16, 32, 64],
+            "maxCaptureSize": 64,
+            "replayFailureThreshold": 2,
+            "replayFailureWindowS": 600,
+        },
+        "ascend": {
+            "chip": "A3",
+            "multistreamOverlapSharedExpert": True,
+            "additionalConfig": {"enable_shared_expert_dp": False},
+        },
+        "warmup": {
+            "enabled": True,
+            "promptLengths": [16, 256, 1024],
+            "concurrency": [1, 4, 16],
+            "maxTokens": 8,
+            "chat": True,
+            "timeoutS": 900,
+        },
+        "health": {
+            "leak": {
+                "enabled": True,
+                "hostGrowthMbPerHour": 512.0,
+                "deviceGrowthMbPerHour": 256.0,
+                "minTimeToExhaustionS": 21600,
+                "minHeadroomMb": 256,
+                "windowS": 600,
+                "graceS": 300,
+                "sampleIntervalS": 15.0,
+            },
+            "hangTimeoutS": 600,
+        },
+        "runtime": {
+            "port": 8080,
+            "host": "0.0.0.0",
+            "readyTimeoutS": 602,
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "preflight": True,
+            "minFreeDeviceMb": 1024,
+        },
+        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
+    },
+}
+
+EXPECTED_CPU_TINY = {
+    "deployment": {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "cpu-tiny",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "cpu-tiny",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "cpu-tiny",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "4b32c0fb8644e44d"},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "cpu-tiny",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 2462,
+            "template": {
+                "metadata": {
+                    "labels": {
+                        "app.kubernetes.io/name": "ascend-llm",
+                        "app.kubernetes.io/instance": "cpu-tiny",
+                        "app.kubernetes.io/component": "engine",
+                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                        "app.kubernetes.io/part-of": "ascend-llm",
+                        "llm.ascend.dev/deployment": "cpu-tiny",
+                    },
+                    "annotations": {"llm.ascend.dev/config-hash": "7b07de87dfd4054a"},
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "ascend-llm",
+                                "run",
+                                "--config",
+                                "/etc/ascend-llm/engine-config.yaml",
+                            ],
+                            "ports": [
+                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
+                            ],
+                            "resources": {
+                                "requests": {"cpu": "2", "memory": "4Gi"},
+                                "limits": {"memory": "8Gi"},
+                            },
+                            "volumeMounts": [
+                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
+                                {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                            ],
+                            "startupProbe": {
+                                "httpGet": {"path": "/startup", "port": "runtime"},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 187,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {"path": "/ready", "port": "runtime"},
+                                "periodSeconds": 5,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            "livenessProbe": {
+                                "httpGet": {"path": "/live", "port": "runtime"},
+                                "periodSeconds": 15,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 4,
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "privileged": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "engine-config",
+                            "configMap": {
+                                "name": "cpu-tiny-config",
+                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
+                            },
+                        },
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "model", "hostPath": {"path": "/models/tiny", "type": "Directory"}},
+                    ],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "fsGroup": 1000,
+                    },
+                    "terminationGracePeriodSeconds": 50,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                },
+            },
+        },
+    },
+    "service": {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "cpu-tiny",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "cpu-tiny",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "cpu-tiny",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "ac71136b2e817317"},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "cpu-tiny",
+                "app.kubernetes.io/component": "engine",
+            },
+            "ports": [
+                {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
+            ],
+        },
+    },
+    "pdb": {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": "cpu-tiny",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "cpu-tiny",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "cpu-tiny",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "8efa039e2e9a29a4"},
+        },
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "cpu-tiny",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    },
+    "configmap": {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "cpu-tiny-config",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "cpu-tiny",
+                "app.kubernetes.io/component": "engine-config",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "cpu-tiny",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "85455bd37c5ffd1d"},
+        },
+        "data": {"engine-config.yaml": "<engine config below>"},
+    },
+    "engine_config": {
+        "schemaVersion": 1,
+        "name": "cpu-tiny",
+        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
+        "model": {"path": "/mnt/model", "servedName": "tiny", "trustRemoteCode": False},
+        "engine": {
+            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+            "host": "0.0.0.0",
+            "port": 8000,
+            "maxModelLen": 512,
+            "maxNumSeqs": 4,
+            "dtype": "float32",
+            "parallel": {"tensor": 1, "pipeline": 1, "data": 1, "expert": False},
+            "extraArgs": [],
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+            "shutdownTimeoutS": 30,
+        },
+        "graph": {
+            "policy": "auto",
+            "fallback": True,
+            "replayFailureThreshold": 2,
+            "replayFailureWindowS": 600,
+        },
+        "ascend": {"additionalConfig": {}},
+        "warmup": {
+            "enabled": True,
+            "promptLengths": [8, 64],
+            "concurrency": [1, 4],
+            "maxTokens": 4,
+            "chat": True,
+            "timeoutS": 900,
+        },
+        "health": {
+            "leak": {
+                "enabled": True,
+                "hostGrowthMbPerHour": 512.0,
+                "deviceGrowthMbPerHour": 512.0,
+                "minTimeToExhaustionS": 21600,
+                "minHeadroomMb": 256,
+                "windowS": 600,
+                "graceS": 300,
+                "sampleIntervalS": 15.0,
+            },
+            "hangTimeoutS": 300,
+        },
+        "runtime": {
+            "port": 8080,
+            "host": "0.0.0.0",
+            "readyTimeoutS": 481,
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "preflight": False,
+            "minFreeDeviceMb": 1024,
+        },
+        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
+    },
+}
+
+EXPECTED_DEEPSEEK_MOE_EP = {
+    "deployment": {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "deepseek-v2-lite",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "deepseek-v2-lite",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "deepseek-v2-lite",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "f0c656b184c3058f"},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "deepseek-v2-lite",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 3228,
+            "template": {
+                "metadata": {
+                    "labels": {
+                        "app.kubernetes.io/name": "ascend-llm",
+                        "app.kubernetes.io/instance": "deepseek-v2-lite",
+                        "app.kubernetes.io/component": "engine",
+                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                        "app.kubernetes.io/part-of": "ascend-llm",
+                        "llm.ascend.dev/deployment": "deepseek-v2-lite",
+                    },
+                    "annotations": {"llm.ascend.dev/config-hash": "2414c8cf11f79786"},
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "ascend-llm",
+                                "run",
+                                "--config",
+                                "/etc/ascend-llm/engine-config.yaml",
+                            ],
+                            "ports": [
+                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
+                            ],
+                            "env": [
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
+                                        }
+                                    },
+                                },
+                                {"name": "HF_HOME", "value": "/var/cache/ascend-llm/huggingface"},
+                                {
+                                    "name": "HF_TOKEN",
+                                    "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
+                                },
+                            ],
+                            "resources": {
+                                "requests": {"huawei.com/Ascend910": 8},
+                                "limits": {"huawei.com/Ascend910": 8},
+                            },
+                            "volumeMounts": [
+                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
+                                {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
+                            ],
+                            "startupProbe": {
+                                "httpGet": {"path": "/startup", "port": "runtime"},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 263,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {"path": "/ready", "port": "runtime"},
+                                "periodSeconds": 5,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            "livenessProbe": {
+                                "httpGet": {"path": "/live", "port": "runtime"},
+                                "periodSeconds": 15,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 4,
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "privileged": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "engine-config",
+                            "configMap": {
+                                "name": "deepseek-v2-lite-config",
+                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
+                            },
+                        },
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "model-cache", "emptyDir": {}},
+                    ],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "fsGroup": 1000,
+                    },
+                    "terminationGracePeriodSeconds": 50,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                },
+            },
+        },
+    },
+    "service": {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "deepseek-v2-lite",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "deepseek-v2-lite",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "deepseek-v2-lite",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "b0affbe44d7eb3ea"},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "deepseek-v2-lite",
+                "app.kubernetes.io/component": "engine",
+            },
+            "ports": [
+                {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
+            ],
+        },
+    },
+    "pdb": {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": "deepseek-v2-lite",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "deepseek-v2-lite",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "deepseek-v2-lite",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "d8678c4b37fa9141"},
+        },
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "deepseek-v2-lite",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    },
+    "configmap": {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "deepseek-v2-lite-config",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "deepseek-v2-lite",
+                "app.kubernetes.io/component": "engine-config",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "deepseek-v2-lite",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "8d0a48a09b5a1aef"},
+        },
+        "data": {"engine-config.yaml": "<engine config below>"},
+    },
+    "engine_config": {
+        "schemaVersion": 1,
+        "name": "deepseek-v2-lite",
+        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        "model": {
+            "path": "deepseek-ai/DeepSeek-V2-Lite-Chat",
+            "servedName": "deepseek-ai/DeepSeek-V2-Lite-Chat",
+            "trustRemoteCode": True,
+        },
+        "engine": {
+            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+            "host": "0.0.0.0",
+            "port": 8000,
+            "maxModelLen": 16384,
+            "maxNumSeqs": 128,
+            "gpuMemoryUtilization": 0.9,
+            "enablePrefixCaching": True,
+            "parallel": {"tensor": 4, "pipeline": 1, "data": 2, "expert": True},
+            "extraArgs": [],
+            "env": {},
+            "shutdownTimeoutS": 30,
+        },
+        "graph": {
+            "policy": "auto",
+            "fallback": True,
+            "replayFailureThreshold": 2,
+            "replayFailureWindowS": 600,
+        },
+        "ascend": {"chip": "910B", "multistreamOverlapSharedExpert": True, "additionalConfig": {}},
+        "warmup": {
+            "enabled": True,
+            "promptLengths": [64, 1024, 8192],
+            "concurrency": [1, 32, 128],
+            "maxTokens": 8,
+            "chat": True,
+            "timeoutS": 900,
+        },
+        "health": {
+            "leak": {
+                "enabled": True,
+                "hostGrowthMbPerHour": 512.0,
+                "deviceGrowthMbPerHour": 512.0,
+                "minTimeToExhaustionS": 21600,
+                "minHeadroomMb": 256,
+                "windowS": 600,
+                "graceS": 300,
+                "sampleIntervalS": 15.0,
+            },
+            "hangTimeoutS": 300,
+        },
+        "runtime": {
+            "port": 8080,
+            "host": "0.0.0.0",
+            "readyTimeoutS": 864,
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "preflight": True,
+            "minFreeDeviceMb": 1024,
+        },
+        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
+    },
+}
+
+EXPECTED_QWEN72B_910B_TP8 = {
+    "deployment": {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "qwen72b",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen72b",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen72b",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "3cb0d16c17a49f3d"},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "qwen72b",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 3304,
+            "template": {
+                "metadata": {
+                    "labels": {
+                        "app.kubernetes.io/name": "ascend-llm",
+                        "app.kubernetes.io/instance": "qwen72b",
+                        "app.kubernetes.io/component": "engine",
+                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                        "app.kubernetes.io/part-of": "ascend-llm",
+                        "llm.ascend.dev/deployment": "qwen72b",
+                    },
+                    "annotations": {"llm.ascend.dev/config-hash": "ff95bb929fcd8e48"},
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "ascend-llm",
+                                "run",
+                                "--config",
+                                "/etc/ascend-llm/engine-config.yaml",
+                            ],
+                            "ports": [
+                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
+                            ],
+                            "env": [
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
+                                        }
+                                    },
+                                }
+                            ],
+                            "resources": {
+                                "requests": {"cpu": "32", "memory": "256Gi", "huawei.com/Ascend910": 8},
+                                "limits": {"memory": "512Gi", "huawei.com/Ascend910": 8},
+                            },
+                            "volumeMounts": [
+                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
+                                {"name": "dshm", "mountPath": "/dev/shm"},
+                                {
+                                    "name": "model",
+                                    "mountPath": "/mnt/model",
+                                    "readOnly": True,
+                                    "subPath": "Qwen2.5-72B-Instruct",
+                                },
+                            ],
+                            "startupProbe": {
+                                "httpGet": {"path": "/startup", "port": "runtime"},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 271,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {"path": "/ready", "port": "runtime"},
+                                "periodSeconds": 5,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            "livenessProbe": {
+                                "httpGet": {"path": "/live", "port": "runtime"},
+                                "periodSeconds": 15,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 4,
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "privileged": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "engine-config",
+                            "configMap": {
+                                "name": "qwen72b-config",
+                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
+                            },
+                        },
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}},
+                    ],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "fsGroup": 1000,
+                    },
+                    "terminationGracePeriodSeconds": 50,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "nodeSelector": {"accelerator": "huawei-Ascend910"},
+                },
+            },
+        },
+    },
+    "service": {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "qwen72b",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen72b",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen72b",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "8960c4ceb586bc4f"},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen72b",
+                "app.kubernetes.io/component": "engine",
+            },
+            "ports": [
+                {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
+            ],
+        },
+    },
+    "pdb": {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": "qwen72b",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen72b",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen72b",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "2d377bb2decf8601"},
+        },
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "qwen72b",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    },
+    "configmap": {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "qwen72b-config",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen72b",
+                "app.kubernetes.io/component": "engine-config",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen72b",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "fbc45447ba2b5a2e"},
+        },
+        "data": {"engine-config.yaml": "<engine config below>"},
+    },
+    "engine_config": {
+        "schemaVersion": 1,
+        "name": "qwen72b",
+        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        "model": {"path": "/mnt/model", "servedName": "qwen2.5-72b-instruct", "trustRemoteCode": False},
+        "engine": {
+            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+            "host": "0.0.0.0",
+            "port": 8000,
+            "maxModelLen": 32768,
+            "maxNumSeqs": 64,
+            "gpuMemoryUtilization": 0.9,
+            "enablePrefixCaching": True,
+            "dtype": "bfloat16",
+            "parallel": {"tensor": 8, "pipeline": 1, "data": 1, "expert": False},
+            "extraArgs": [],
+            "env": {},
+            "shutdownTimeoutS": 30,
+        },
+        "graph": {
+            "policy": "full_and_piecewise",
+            "fallback": True,
+            "replayFailureThreshold": 2,
+            "replayFailureWindowS": 600,
+        },
+        "ascend": {"chip": "910B", "additionalConfig": {}},
+        "warmup": {
+            "enabled": True,
+            "promptLengths": [128, 2048, 16384],
+            "concurrency": [1, 16, 64],
+            "maxTokens": 8,
+            "chat": True,
+            "timeoutS": 1200,
+        },
+        "health": {
+            "leak": {
+                "enabled": True,
+                "hostGrowthMbPerHour": 512.0,
+                "deviceGrowthMbPerHour": 512.0,
+                "minTimeToExhaustionS": 21600,
+                "minHeadroomMb": 256,
+                "windowS": 600,
+                "graceS": 300,
+                "sampleIntervalS": 15.0,
+            },
+            "hangTimeoutS": 300,
+        },
+        "runtime": {
+            "port": 8080,
+            "host": "0.0.0.0",
+            "readyTimeoutS": 752,
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "preflight": True,
+            "minFreeDeviceMb": 1024,
+        },
+        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
+    },
+}
+
+EXPECTED_SMALL_310P = {
+    "deployment": {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "qwen-small-310p",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen-small-310p",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen-small-310p",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "01520d5c0af31eeb"},
+        },
+        "spec": {
+            "replicas": 2,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "qwen-small-310p",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 2484,
+            "template": {
+                "metadata": {
+                    "labels": {
+                        "app.kubernetes.io/name": "ascend-llm",
+                        "app.kubernetes.io/instance": "qwen-small-310p",
+                        "app.kubernetes.io/component": "engine",
+                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                        "app.kubernetes.io/part-of": "ascend-llm",
+                        "llm.ascend.dev/deployment": "qwen-small-310p",
+                    },
+                    "annotations": {"llm.ascend.dev/config-hash": "fe8eb8c6642bb58d"},
+                },
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "ascend-llm",
+                                "run",
+                                "--config",
+                                "/etc/ascend-llm/engine-config.yaml",
+                            ],
+                            "ports": [
+                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
+                            ],
+                            "env": [
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend310P']"
+                                        }
+                                    },
+                                },
+                                {"name": "VLLM_USE_MODELSCOPE", "value": "true"},
+                                {"name": "MODELSCOPE_CACHE", "value": "/var/cache/ascend-llm/modelscope"},
+                            ],
+                            "resources": {
+                                "requests": {"huawei.com/Ascend310P": 1},
+                                "limits": {"huawei.com/Ascend310P": 1},
+                            },
+                            "volumeMounts": [
+                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
+                                {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
+                            ],
+                            "startupProbe": {
+                                "httpGet": {"path": "/startup", "port": "runtime"},
+                                "periodSeconds": 10,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 189,
+                            },
+                            "readinessProbe": {
+                                "httpGet": {"path": "/ready", "port": "runtime"},
+                                "periodSeconds": 5,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 3,
+                            },
+                            "livenessProbe": {
+                                "httpGet": {"path": "/live", "port": "runtime"},
+                                "periodSeconds": 15,
+                                "timeoutSeconds": 5,
+                                "failureThreshold": 4,
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "privileged": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+                        }
+                    ],
+                    "volumes": [
+                        {
+                            "name": "engine-config",
+                            "configMap": {
+                                "name": "qwen-small-310p-config",
+                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
+                            },
+                        },
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "model-cache", "emptyDir": {}},
+                    ],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "runAsGroup": 1000,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "fsGroup": 1000,
+                    },
+                    "terminationGracePeriodSeconds": 50,
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "tolerations": [
+                        {"key": "huawei.com/Ascend310P", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                },
+            },
+        },
+    },
+    "service": {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "qwen-small-310p",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen-small-310p",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen-small-310p",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "87737f76ce49b6cc"},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen-small-310p",
+                "app.kubernetes.io/component": "engine",
+            },
+            "ports": [
+                {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
+                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
+            ],
+        },
+    },
+    "pdb": {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": "qwen-small-310p",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen-small-310p",
+                "app.kubernetes.io/component": "engine",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen-small-310p",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "14715e1698ad4961"},
+        },
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "ascend-llm",
+                    "app.kubernetes.io/instance": "qwen-small-310p",
+                    "app.kubernetes.io/component": "engine",
+                }
+            },
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    },
+    "configmap": {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "qwen-small-310p-config",
+            "namespace": "llm",
+            "labels": {
+                "app.kubernetes.io/name": "ascend-llm",
+                "app.kubernetes.io/instance": "qwen-small-310p",
+                "app.kubernetes.io/component": "engine-config",
+                "app.kubernetes.io/managed-by": "ascend-llm-operator",
+                "app.kubernetes.io/part-of": "ascend-llm",
+                "llm.ascend.dev/deployment": "qwen-small-310p",
+            },
+            "annotations": {"llm.ascend.dev/spec-hash": "595836d8c67eb672"},
+        },
+        "data": {"engine-config.yaml": "<engine config below>"},
+    },
+    "engine_config": {
+        "schemaVersion": 1,
+        "name": "qwen-small-310p",
+        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
+        "model": {
+            "path": "Qwen/Qwen2.5-3B-Instruct",
+            "servedName": "qwen2.5-3b-instruct",
+            "trustRemoteCode": False,
+        },
+        "engine": {
+            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+            "host": "0.0.0.0",
+            "port": 8000,
+            "maxModelLen": 8192,
+            "maxNumSeqs": 16,
+            "dtype": "float16",
+            "parallel": {"tensor": 1, "pipeline": 1, "data": 1, "expert": False},
+            "extraArgs": [],
+            "env": {},
+            "shutdownTimeoutS": 30,
+        },
+        "graph": {
+            "policy": "piecewise",
+            "fallback": True,
+            "replayFailureThreshold": 2,
+            "replayFailureWindowS": 600,
+        },
+        "ascend": {"chip": "310P", "additionalConfig": {}},
+        "warmup": {
+            "enabled": True,
+            "promptLengths": [16, 256, 1024],
+            "concurrency": [1, 4, 16],
+            "maxTokens": 8,
+            "chat": True,
+            "timeoutS": 900,
+        },
+        "health": {
+            "leak": {
+                "enabled": True,
+                "hostGrowthMbPerHour": 512.0,
+                "deviceGrowthMbPerHour": 512.0,
+                "minTimeToExhaustionS": 21600,
+                "minHeadroomMb": 256,
+                "windowS": 600,
+                "graceS": 300,
+                "sampleIntervalS": 15.0,
+            },
+            "hangTimeoutS": 300,
+        },
+        "runtime": {
+            "port": 8080,
+            "host": "0.0.0.0",
+            "readyTimeoutS": 492,
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "preflight": True,
+            "minFreeDeviceMb": 1024,
+        },
+        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
+    },
+}

@@ -1,0 +1,431 @@
+"""The generated CRD: structural (what a real API server demands), valid, described, fresh, and
+its CEL rules agree with the model's validators (evaluated with celpy).
+
+Covers ascend_operator.crdgen: the pydantic -> structural conversion on small schemas, the full
+CRD (kubernetes_validate, structural rules over every node, descriptions, subresources, printer
+columns), the committed files under crds/ and charts/, and each CEL rule against the Python rule
+it mirrors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+from ascend_operator import api, crdgen
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = crdgen.generate_crd()
+VERSION = CRD["spec"]["versions"][0]
+SCHEMA = VERSION["schema"]["openAPIV3Schema"]
+VALUE_VALIDATIONS = ("anyOf", "allOf", "oneOf", "not")
+
+
+def walk(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node with its path."""
+    yield path, node
+    for name, child in node.get("properties", {}).items():
+        yield from walk(child, f"{path}.{name}")
+    if isinstance(node.get("items"), dict):
+        yield from walk(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk(node["additionalProperties"], f"{path}{{}}")
+
+
+def structural_problems(schema: dict[str, Any]) -> list[str]:
+    """Violations of the Kubernetes structural-schema rules (apiextensions docs, facts file)."""
+    problems = []
+    for path, node in walk(schema):
+        where = path or "<root>"
+        if "$ref" in node or "$defs" in node or "definitions" in node:
+            problems.append(f"{where}: $ref/$defs")
+        if node.get("type") == "null" or (isinstance(node.get("type"), list)):
+            problems.append(f"{where}: null or list type")
+        if (
+            "type" not in node
+            and not node.get("x-kubernetes-int-or-string")
+            and not (node.get("x-kubernetes-preserve-unknown-fields") and path == "")
+        ):
+            problems.append(f"{where}: no type")
+        if "properties" in node and "additionalProperties" in node:
+            problems.append(f"{where}: additionalProperties beside properties")
+        if node.get("additionalProperties") is True or node.get("additionalProperties") is False:
+            problems.append(f"{where}: boolean additionalProperties")
+        for keyword in ("patternProperties", "propertyNames", "const", "prefixItems", "title", "default"):
+            if keyword in node:
+                problems.append(f"{where}: {keyword}")
+        for keyword in ("exclusiveMinimum", "exclusiveMaximum"):
+            if keyword in node and not isinstance(node[keyword], bool):
+                problems.append(f"{where}: numeric {keyword} (OpenAPI v3.0 wants a boolean)")
+        for keyword in VALUE_VALIDATIONS:
+            for branch in node.get(keyword, []) if keyword != "not" else [node.get("not", {})]:
+                forbidden = {"description", "default", "additionalProperties", "nullable"} & set(branch)
+                if forbidden:
+                    problems.append(f"{where}: {sorted(forbidden)} inside {keyword}")
+                if "type" in branch and not node.get("x-kubernetes-int-or-string"):
+                    problems.append(f"{where}: type inside {keyword}")
+        if node.get("x-kubernetes-int-or-string") and node.get("anyOf") != [
+            {"type": "integer"},
+            {"type": "string"},
+        ]:
+            problems.append(f"{where}: int-or-string without anyOf integer/string")
+        if (
+            node.get("type") == "object"
+            and node.get("x-kubernetes-preserve-unknown-fields")
+            and "properties" in node
+        ):
+            problems.append(f"{where}: preserve-unknown-fields beside properties")
+    return problems
+
+
+def test_structural_checker_catches_pydantic_output() -> None:
+    # The checker must fail on what pydantic emits, or it proves nothing about the converted CRD.
+    raw = api.AscendLLMDeploymentSpec.model_json_schema(by_alias=True)
+    raw.pop("$defs")
+    assert structural_problems({"type": "object", "properties": {"spec": raw}})
+    raw_status = api.AscendLLMDeploymentStatus.model_json_schema(by_alias=True)
+    assert any("null" in p or "$ref" in p for p in structural_problems(raw_status))
+
+
+def test_schema_is_structural_on_every_node() -> None:
+    assert structural_problems(SCHEMA) == []
+
+
+def test_crd_validates_against_kubernetes_openapi() -> None:
+    for version in ("1.30", "1.33", "1.36"):
+        kubernetes_validate.validate(CRD, version, strict=True)
+
+
+def test_every_property_has_a_description() -> None:
+    missing = [
+        path
+        for path, node in walk(SCHEMA)
+        if path and not path.endswith(("[]", "{}")) and not node.get("description")
+    ]
+    assert missing == []
+
+
+def test_identity_subresources_and_columns() -> None:
+    spec = CRD["spec"]
+    assert CRD["metadata"]["name"] == "ascendllmdeployments.llm.ascend.dev"
+    assert spec["group"] == "llm.ascend.dev" and spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "AscendLLMDeployment"
+    assert spec["names"]["shortNames"] == ["ald", "ascendllm"]
+    assert VERSION["name"] == "v1alpha1" and VERSION["served"] and VERSION["storage"]
+    assert VERSION["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
+    # The scale paths must point at declared fields of the right type.
+    assert SCHEMA["properties"]["spec"]["properties"]["replicas"]["type"] == "integer"
+    assert SCHEMA["properties"]["status"]["properties"]["replicas"]["type"] == "integer"
+    assert SCHEMA["properties"]["status"]["properties"]["selector"]["type"] == "string"
+    columns = {c["name"]: c["jsonPath"] for c in VERSION["additionalPrinterColumns"]}
+    assert set(columns) >= {"Model", "Chip", "Ready", "Mode", "Phase", "Age"}
+    for name, json_path in columns.items():
+        node: dict[str, Any] = SCHEMA
+        for part in json_path.strip(".").split("."):
+            node = node["properties"][part] if part in node.get("properties", {}) else {"metadata": True}
+        assert node, f"printer column {name} points at an undeclared field {json_path}"
+
+
+def test_status_declares_every_field_the_model_has() -> None:
+    # A status field missing from the schema is pruned by the server (kubernetes-facts.md).
+    status = SCHEMA["properties"]["status"]["properties"]
+    for field in api.AscendLLMDeploymentStatus.model_fields.values():
+        assert field.alias in status
+    assert status["kopf"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert status["conditions"]["x-kubernetes-list-type"] == "map"
+    assert set(status["conditions"]["items"]["required"]) >= {"type", "status", "lastTransitionTime"}
+
+
+def test_enums_and_bounds_are_in_the_schema() -> None:
+    spec = SCHEMA["properties"]["spec"]["properties"]
+    assert spec["npu"]["properties"]["chip"]["enum"] == ["910B", "A3", "310P"]
+    assert spec["platform"]["enum"] == ["Ascend", "CPU"]
+    assert spec["graph"]["properties"]["policy"]["enum"] == [
+        "auto",
+        "full_and_piecewise",
+        "piecewise",
+        "full_decode_only",
+        "eager",
+    ]
+    gmu = spec["engine"]["properties"]["gpuMemoryUtilization"]
+    assert (gmu["minimum"], gmu["exclusiveMinimum"], gmu["maximum"]) == (0.0, True, 1.0)
+    assert spec["service"]["properties"]["type"]["enum"] == ["ClusterIP", "NodePort", "LoadBalancer"]
+    assert spec["rollout"]["properties"]["strategy"]["enum"] == ["Recreate", "RollingUpdate"]
+    cpu = spec["resources"]["properties"]["requests"]["properties"]["cpu"]
+    assert cpu["x-kubernetes-int-or-string"] is True and cpu["pattern"] == api.QUANTITY_PATTERN
+    assert spec["ascend"]["properties"]["additionalConfig"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_lists_and_maps_that_rules_iterate_are_bounded() -> None:
+    for path, node in walk(SCHEMA):
+        rules = " ".join(v["rule"] for v in node.get("x-kubernetes-validations", []))
+        if ".all(" in rules and "self.all(" in rules:
+            assert "maxProperties" in node or "maxItems" in node, path
+        if node.get("type") == "array" and path.startswith(".spec"):
+            assert "maxItems" in node, f"{path}: unbounded list"
+
+
+def test_committed_crd_files_are_fresh() -> None:
+    assert crdgen.check_crds(ROOT) == [], "run `ascend-llm crd` to regenerate crds/"
+    committed = yaml.safe_load((ROOT / crdgen.CRD_PATHS[0]).read_text())
+    assert committed == CRD
+
+
+def test_check_crds_reports_missing_and_edited_files(tmp_path: Path) -> None:
+    assert crdgen.check_crds(tmp_path) == [str(p) for p in crdgen.CRD_PATHS]
+    written = crdgen.write_crds(tmp_path)
+    assert crdgen.check_crds(tmp_path) == []
+    written[1].write_text(written[1].read_text() + "# edited\n")
+    assert crdgen.check_crds(tmp_path) == [str(crdgen.CRD_PATHS[1])]
+
+
+# --- conversion on small schemas ----------------------------------------------------------
+
+
+def test_conversion_inlines_refs_and_drops_null_branches() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}], "description": "field"}},
+        "$defs": {
+            "A": {
+                "type": "object",
+                "description": "class",
+                "title": "A",
+                "properties": {"x": {"type": "integer", "exclusiveMinimum": 0, "description": "x"}},
+                "additionalProperties": False,
+            }
+        },
+    }
+    assert crdgen.structural(schema, schema["$defs"]) == {
+        "type": "object",
+        "properties": {
+            "a": {
+                "type": "object",
+                "description": "field",
+                "properties": {
+                    "x": {"type": "integer", "description": "x", "minimum": 0, "exclusiveMinimum": True}
+                },
+            }
+        },
+    }
+
+
+def test_conversion_turns_typed_map_keys_into_a_cel_rule() -> None:
+    node = {
+        "type": "object",
+        "description": "m",
+        "patternProperties": {"^[a-z]+$": {"type": "string"}},
+        "propertyNames": {"maxLength": 8},
+    }
+    assert crdgen.structural(node, {}) == {
+        "type": "object",
+        "description": "m",
+        "additionalProperties": {"type": "string"},
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.all(k, k.matches('^[a-z]+$') && size(k) <= 8)",
+                "message": "keys must match ^[a-z]+$ and be at most 8 characters",
+            }
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "node, message",
+    [
+        ({"type": "object", "additionalProperties": True}, "preserve-unknown-fields"),
+        ({"anyOf": [{"type": "integer"}, {"type": "string"}]}, "x-kubernetes-int-or-string"),
+        ({"anyOf": [{"type": "integer"}, {"type": "boolean"}]}, "unsupported union"),
+        ({"type": "string", "contentEncoding": "base64"}, "contentEncoding"),
+        ({"description": "typeless"}, "without a type"),
+    ],
+)
+def test_conversion_refuses_what_it_cannot_express(node: dict[str, Any], message: str) -> None:
+    with pytest.raises(crdgen.SchemaConversionError, match=message):
+        crdgen.structural(node, {})
+
+
+# --- CEL rules: compile, and agree with the Python rules -------------------------------------
+
+
+def _rules_at(path: str) -> list[dict[str, str]]:
+    node: dict[str, Any] = SCHEMA["properties"]["spec"]
+    for part in filter(None, path.split(".")):
+        node = node["properties"][part]
+    return node.get("x-kubernetes-validations", [])
+
+
+#: Every schema node that carries CEL rules, by the model class the rules are declared on.
+RULE_PATHS = {
+    api.AscendLLMDeploymentSpec: "",
+    api.ModelSpec: ".model",
+    api.GraphSpec: ".graph",
+    api.AutoscalingSpec: ".autoscaling",
+    api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
+}
+
+
+def _value_at(spec: dict[str, Any], path: str) -> Any:
+    value: Any = spec
+    for part in filter(None, path.split(".")):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def failing_cel_messages(spec: dict[str, Any]) -> set[str]:
+    """Messages of the CEL rules (on every node in RULE_PATHS) that reject ``spec``."""
+    env = celpy.Environment()
+    failed = set()
+    for path in RULE_PATHS.values():
+        value = _value_at(spec, path)
+        if value is None:
+            continue
+        for rule in _rules_at(path):
+            program = env.program(env.compile(rule["rule"]))
+            if not program.evaluate({"self": celpy.json_to_cel(value)}):
+                failed.add(rule["message"])
+    return failed
+
+
+def python_rule_messages(spec: dict[str, Any]) -> set[str]:
+    try:
+        api.parse_spec(spec)
+    except api.SpecError as error:
+        return {message for _, message in error.problems}
+    return set()
+
+
+HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B"}}
+RULE_CASES = {
+    "minimal": {"model": HF},
+    "tp8 on 8": {"model": HF, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8}},
+    "tp4 pp2 on 8": {"model": HF, "npu": {"perReplica": 8}, "parallelism": {"tensor": 4, "pipeline": 2}},
+    "tp8 on 4": {"model": HF, "npu": {"perReplica": 4}, "parallelism": {"tensor": 8}},
+    "tp2 default npus": {"model": HF, "parallelism": {"tensor": 2}},
+    "dp2 on 1": {"model": HF, "parallelism": {"data": 2}},
+    "a3 default": {"model": HF, "npu": {"chip": "A3"}},
+    "a3 two": {"model": HF, "npu": {"chip": "A3", "perReplica": 2}, "parallelism": {"tensor": 2}},
+    "310p bf16": {"model": HF, "npu": {"chip": "310P"}, "engine": {"dtype": "bfloat16"}},
+    "310p fp16": {"model": HF, "npu": {"chip": "310P"}, "engine": {"dtype": "float16"}},
+    "910b bf16": {"model": HF, "engine": {"dtype": "bfloat16"}},
+    "no source": {"model": {"servedName": "x"}},
+    "two sources": {"model": {**HF, "hostPath": {"path": "/m"}}},
+    "token without hub": {"model": {"hostPath": {"path": "/m"}, "tokenSecretRef": {"name": "s", "key": "k"}}},
+    "token with hub": {"model": {**HF, "tokenSecretRef": {"name": "s", "key": "k"}}},
+    "cpu plain": {"model": HF, "platform": "CPU", "engine": {"kvCacheSpaceGiB": 2}},
+    "cpu with chip": {"model": HF, "platform": "CPU", "npu": {"chip": "910B"}},
+    "cpu with selector": {"model": HF, "platform": "CPU", "npu": {"nodeSelector": {"a": "b"}}},
+    "cpu with ascend": {"model": HF, "platform": "CPU", "ascend": {"enableStaticKernel": True}},
+    "cpu with tp": {"model": HF, "platform": "CPU", "parallelism": {"tensor": 2}},
+    "kv cache on npu": {"model": HF, "engine": {"kvCacheSpaceGiB": 2}},
+    "expert on one": {"model": HF, "parallelism": {"expert": True}},
+    "expert on dp2": {"model": HF, "npu": {"perReplica": 2}, "parallelism": {"data": 2, "expert": True}},
+    "capture above max": {"model": HF, "graph": {"captureSizes": [1, 64], "maxCaptureSize": 32}},
+    "capture within max": {"model": HF, "graph": {"captureSizes": [1, 32], "maxCaptureSize": 32}},
+    "eager with sizes": {"model": HF, "graph": {"policy": "eager", "captureSizes": [1]}},
+    # Multi-node replicas (spec.nodesPerReplica, spec.distributed).
+    "2 nodes dp4 tp4": {
+        "model": HF,
+        "nodesPerReplica": 2,
+        "npu": {"perReplica": 8},
+        "parallelism": {"tensor": 4, "data": 4, "expert": True},
+    },
+    "2 nodes counted as one": {"model": HF, "nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8}},
+    "2 nodes mp dp1": {"model": HF, "nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 16}},
+    "2 nodes mp dp3 of 3 nodes ok": {
+        "model": HF,
+        "nodesPerReplica": 3,
+        "npu": {"perReplica": 2},
+        "parallelism": {"tensor": 2, "data": 3},
+    },
+    "2 nodes ray tp16": {
+        "model": HF,
+        "nodesPerReplica": 2,
+        "distributed": {"backend": "ray"},
+        "npu": {"perReplica": 8},
+        "parallelism": {"tensor": 8, "pipeline": 2},
+    },
+    "2 nodes ray with dp": {
+        "model": HF,
+        "nodesPerReplica": 2,
+        "distributed": {"backend": "ray"},
+        "npu": {"perReplica": 8},
+        "parallelism": {"tensor": 8, "data": 2},
+    },
+    "cpu on 2 nodes": {"model": HF, "platform": "CPU", "nodesPerReplica": 2},
+    # Autoscaling.
+    "autoscaling plain": {"model": HF, "autoscaling": {"maxReplicas": 4}},
+    "autoscaling min above max": {"model": HF, "autoscaling": {"minReplicas": 5, "maxReplicas": 4}},
+    "autoscaling min 0 without zero": {"model": HF, "autoscaling": {"minReplicas": 0, "maxReplicas": 4}},
+    "autoscaling to zero": {
+        "model": HF,
+        "autoscaling": {
+            "minReplicas": 0,
+            "maxReplicas": 4,
+            "scaleToZero": {"enabled": True, "activationQuery": "sum(rate(x[1m]))"},
+        },
+    },
+    "autoscaling to zero on hpa": {
+        "model": HF,
+        "autoscaling": {
+            "maxReplicas": 4,
+            "provider": "hpa",
+            "scaleToZero": {"enabled": True, "activationQuery": "sum(rate(x[1m]))"},
+        },
+    },
+    "autoscaling to zero without activation": {
+        "model": HF,
+        "autoscaling": {"maxReplicas": 4, "scaleToZero": {"enabled": True}},
+    },
+    "autoscaling custom": {
+        "model": HF,
+        "autoscaling": {"maxReplicas": 4, "signal": "custom", "query": "sum(x)", "target": 10, "provider": "keda"},
+    },
+    "autoscaling custom bare": {"model": HF, "autoscaling": {"maxReplicas": 4, "signal": "custom"}},
+    "autoscaling custom on hpa": {
+        "model": HF,
+        "autoscaling": {"maxReplicas": 4, "signal": "custom", "query": "sum(x)", "target": 10, "provider": "hpa"},
+    },
+    "autoscaling query without custom": {"model": HF, "autoscaling": {"maxReplicas": 4, "query": "sum(x)"}},
+    "autoscaling kv fraction": {"model": HF, "autoscaling": {"maxReplicas": 4, "signal": "kvCacheUsage", "target": 0.75}},
+    "autoscaling kv above one": {"model": HF, "autoscaling": {"maxReplicas": 4, "signal": "kvCacheUsage", "target": 1.5}},
+    "autoscaling waiting above one": {"model": HF, "autoscaling": {"maxReplicas": 4, "target": 1.5}},
+    "many broken": {
+        "model": HF,
+        "npu": {"chip": "A3"},
+        "parallelism": {"tensor": 4},
+        "engine": {"kvCacheSpaceGiB": 1},
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(RULE_CASES))
+def test_cel_rules_and_model_rules_agree(case: str) -> None:
+    spec = RULE_CASES[case]
+    assert failing_cel_messages(spec) == python_rule_messages(spec)
+
+
+def test_rule_cases_exercise_every_rule() -> None:
+    # Each rule must both pass and fail somewhere above, or the agreement test proves little.
+    all_messages = {rule.message for rules in api.SPEC_RULES.values() for rule in rules}
+    failed = set().union(*(failing_cel_messages(spec) for spec in RULE_CASES.values()))
+    assert failed == all_messages
+    assert failing_cel_messages(RULE_CASES["minimal"]) == set()
+
+
+def test_cel_rules_are_in_the_crd_where_the_model_declares_them() -> None:
+    assert set(RULE_PATHS) == set(api.SPEC_RULES)
+    for model, path in RULE_PATHS.items():
+        assert [r["rule"] for r in _rules_at(path)] == [rule.cel for rule in api.SPEC_RULES[model]]

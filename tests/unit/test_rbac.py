@@ -1,0 +1,75 @@
+"""ascend_operator.rbac: least privilege, and exactly the verbs the code uses.
+
+Covered: no wildcard in any rule; every rule says whether kopf or the application needs it; the
+application rules grant exactly ``k8s.API_VERBS`` (what ``Kube._call`` allows), and every verb
+literal passed to ``_call`` in k8s.py is declared there; the scope helpers (all namespaces,
+some namespaces, peering on/off) select the right rules.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from ascend_operator import k8s
+from ascend_operator.rbac import (
+    OPERATOR_RULES,
+    cluster_role_rules,
+    cluster_scoped_rules,
+    namespaced_rules,
+)
+
+
+def test_no_rule_uses_a_wildcard() -> None:
+    for rule in OPERATOR_RULES:
+        for value in (*rule.api_groups, *rule.resources, *rule.verbs):
+            assert "*" not in value, rule
+
+
+def test_every_rule_says_who_needs_it() -> None:
+    for rule in OPERATOR_RULES:
+        assert re.match(r"^(Framework|Application): \S", rule.comment), rule.comment
+
+
+def test_application_rules_grant_exactly_the_verbs_k8s_py_uses() -> None:
+    granted: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for rule in OPERATOR_RULES:
+        if rule.comment.startswith("Application:"):
+            for group in rule.api_groups:
+                for resource in rule.resources:
+                    granted[(group, resource)].update(rule.verbs)
+    assert dict(granted) == {key: set(verbs) for key, verbs in k8s.API_VERBS.items()}
+
+
+def test_every_verb_k8s_py_calls_is_declared_and_every_declared_verb_is_called() -> None:
+    source = Path(k8s.__file__).read_text(encoding="utf-8")
+    calls = re.findall(r"_call\(\s*(\w+),\s*\"(\w+)\"", source)
+    assert calls, "no _call sites found: the pattern no longer matches the code"
+    pod_verbs = k8s.API_VERBS[("", "pods")] | k8s.API_VERBS[("", "pods/proxy")]
+    for kind_name, verb in calls:
+        if kind_name == "POD":
+            assert verb in pod_verbs, f"_call(POD, {verb!r}) is not declared"
+        else:  # a child kind, any of them
+            for kind in k8s.CHILD_KINDS:
+                assert verb in k8s.API_VERBS[(kind.group, kind.plural)], f"{verb} on {kind.plural} is not declared"
+    called = {verb for name, verb in calls if name != "POD"}
+    # create is reached through server-side apply (a PATCH that creates the object), not a _call site.
+    for kind in k8s.CHILD_KINDS:
+        assert k8s.API_VERBS[(kind.group, kind.plural)] == called | {"create"}
+    assert "def patch_status" in source and "patch_namespaced_custom_object_status" in source
+
+
+def test_scopes() -> None:
+    everything = cluster_role_rules(peering=True)
+    assert {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"],
+            "verbs": ["get", "list", "watch", "patch"]} in everything
+    assert not any("kopfpeerings" in r["resources"] for r in everything)
+    assert not any("peerings" in " ".join(r["resources"]) for r in cluster_role_rules(peering=False))
+    cluster_only = cluster_scoped_rules()
+    assert {r["resources"][0] for r in cluster_only} == {"customresourcedefinitions", "namespaces"}
+    per_namespace = namespaced_rules(peering=True)
+    assert {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
+            "verbs": ["get", "list", "watch", "patch"]} in per_namespace
+    assert not any(r in per_namespace for r in cluster_only)
+    assert len(everything) == len(OPERATOR_RULES) - 1  # all but the namespaced peering rule

@@ -1,0 +1,295 @@
+"""ascend_operator.status: pure status computation, conditions, diffs and transition events.
+
+Covered: complete status dicts for the main situations (no pods, mixed start-up, all ready,
+WaitingForNPU, crash loop, zero replicas, invalid spec); phase precedence; the remembered mode
+(taken from ready pods of the current spec only, the safest when they disagree, kept while its key
+matches, dropped when it does not); GraphModeFallback and LeakSuspected conditions; set_condition's
+lastTransitionTime rule; status_patch (no patch when equal, nulls for removed keys, kopf's key
+ignored); transition_events firing once; and that a second pass with a later clock changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from ascend_operator.api import Phase, parse_spec
+from ascend_operator.status import (
+    Observation,
+    classify_pod,
+    compute_status,
+    invalid_spec_status,
+    set_condition,
+    status_patch,
+    transition_events,
+)
+from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState, WarmupReport
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = "2026-12-01T12:00:00Z"
+LATER = NOW + timedelta(minutes=5)
+T5 = "2026-12-01T12:05:00Z"
+NPU = "huawei.com/Ascend910"
+SELECTOR = "app.kubernetes.io/component=engine,app.kubernetes.io/instance=qwen,app.kubernetes.io/name=ascend-llm"
+ENDPOINT = "http://qwen.llm.svc.cluster.local:8000/v1"
+HASH_KEY = "llm.ascend.dev/config-hash"
+
+
+def spec(**overrides: Any) -> Any:
+    return parse_spec({"model": {"hostPath": {"path": "/models/qwen"}, "servedName": "qwen"}, "replicas": 2,
+                       **overrides})
+
+
+def pod(name: str, *, ready: bool = True, phase: str = "Running", template: str = "h1",
+        scheduled: tuple[str, str] | None = None, waiting: str | None = None,
+        created: str = "2026-12-01T11:00:00Z", image: str = "img:1") -> dict[str, Any]:
+    conditions: list[dict[str, Any]] = [{"type": "PodScheduled", "status": "True"}]
+    if scheduled:  # an unscheduled pod is Pending and never ready
+        conditions = [{"type": "PodScheduled", "status": "False", "reason": scheduled[0], "message": scheduled[1]}]
+        ready, phase = False, "Pending"
+    conditions.append({"type": "Ready", "status": "True" if ready else "False"})
+    statuses = []
+    if waiting:
+        statuses = [{"name": "engine", "state": {"waiting": {"reason": waiting}}}]
+    return {
+        "metadata": {"name": name, "creationTimestamp": created, "annotations": {HASH_KEY: template}},
+        "spec": {"containers": [{"name": "engine", "image": image}]},
+        "status": {"phase": phase, "conditions": conditions, "containerStatuses": statuses},
+    }
+
+
+def runtime(phase: RuntimePhase, mode: GraphMode | None = GraphMode.FULL_AND_PIECEWISE, **fields: Any) -> RuntimeState:
+    return RuntimeState(phase=phase, ready=phase == RuntimePhase.READY, mode=mode,
+                        requested_mode=GraphMode.FULL_AND_PIECEWISE, **fields)
+
+
+def observe(pods: list[dict[str, Any]], states: dict[str, RuntimeState | None] | None = None, *,
+            key: str = "key1", conflicts: tuple[str, ...] = ()) -> Observation:
+    return Observation(name="qwen", generation=3, selector=SELECTOR, endpoint=ENDPOINT, resource_name=NPU,
+                       remembered_for=key, template_hash="h1", template_hash_key=HASH_KEY, pods=pods,
+                       states=states or {}, conflicts=conflicts)
+
+
+def cond(type_: str, status: str, reason: str, message: str, when: str = T0) -> dict[str, Any]:
+    return {"type": type_, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": when, "observedGeneration": 3}
+
+
+def conditions(ready: tuple[str, str, str], progressing: tuple[str, str, str], degraded: tuple[str, str, str],
+               fallback: tuple[str, str, str] = ("Unknown", "NoReports", "no runtime has reported its graph mode yet"),
+               leak: tuple[str, str, str] = ("Unknown", "NoReports", "no runtime has reported its health yet"),
+               ) -> list[dict[str, Any]]:
+    return [
+        cond("Ready", *ready), cond("Progressing", *progressing), cond("Degraded", *degraded),
+        cond("GraphModeFallback", *fallback), cond("LeakSuspected", *leak),
+        cond("InvalidSpec", "False", "Valid", "the spec is valid"),
+    ]
+
+
+def base(**fields: Any) -> dict[str, Any]:
+    status = {"observedGeneration": 3, "phase": "Pending", "replicas": 0, "readyReplicas": 0, "updatedReplicas": 0,
+              "selector": SELECTOR, "model": "qwen", "chip": "910B",
+              "graph": {"replicas": [], "fallbacks": 0}, "warmup": {"succeeded": 0, "failed": 0, "pending": 0},
+              "endpoint": ENDPOINT}
+    status.update(fields)
+    return status
+
+
+def test_no_pods_is_pending() -> None:
+    assert compute_status(spec(), observe([]), None, NOW) == base(conditions=conditions(
+        ("False", "Pending", "no pods yet"),
+        ("True", "Pending", "0/2 replicas updated; no pods yet"),
+        ("False", "AsExpected", "no pods yet"),
+    ))
+
+
+def test_one_ready_one_warming_is_degraded_with_every_field() -> None:
+    pods = [pod("qwen-a"), pod("qwen-b", ready=False)]
+    states = {
+        "qwen-a": runtime(RuntimePhase.READY, warmup=WarmupReport(outcome="succeeded", seconds=4.0), image="img:1"),
+        "qwen-b": runtime(RuntimePhase.WARMING_UP, mode=GraphMode.FULL_AND_PIECEWISE, message="warming up (3/9)",
+                          warmup=WarmupReport(outcome="running")),
+    }
+    why = "1/2 replicas ready; qwen-b: WarmingUp (warming up (3/9))"
+    assert compute_status(spec(), observe(pods, states), None, NOW) == base(
+        phase="Degraded", replicas=2, readyReplicas=1, updatedReplicas=2,
+        graph={
+            "replicas": [
+                {"pod": "qwen-a", "ready": True, "fallbacks": 0, "phase": "Ready", "mode": "FULL_AND_PIECEWISE",
+                 "image": "img:1"},
+                {"pod": "qwen-b", "ready": False, "fallbacks": 0, "phase": "WarmingUp", "mode": "FULL_AND_PIECEWISE",
+                 "image": "img:1"},
+            ],
+            "fallbacks": 0, "mode": "FULL_AND_PIECEWISE",
+            "rememberedMode": "FULL_AND_PIECEWISE", "rememberedFor": "key1",
+        },
+        warmup={"succeeded": 1, "failed": 0, "pending": 1, "lastSeconds": 4.0},
+        conditions=conditions(
+            ("False", "Degraded", why),
+            ("True", "Degraded", f"2/2 replicas updated; {why}"),
+            ("True", "ReplicasUnavailable", why),
+            ("False", "AsRequested", "every reporting replica runs its requested graph mode"),
+            ("False", "Healthy", "no replica reports a leak or a hang"),
+        ),
+    )
+
+
+def test_all_ready_is_ready_and_a_later_pass_changes_nothing() -> None:
+    pods = [pod("qwen-a"), pod("qwen-b")]
+    states = {name: runtime(RuntimePhase.READY) for name in ("qwen-a", "qwen-b")}
+    first = compute_status(spec(), observe(pods, states), None, NOW)
+    assert first["phase"] == "Ready"
+    assert first["conditions"][:3] == [
+        cond("Ready", "True", "AllReplicasReady", "2/2 replicas ready"),
+        cond("Progressing", "False", "RolloutComplete", "2/2 replicas updated and ready"),
+        cond("Degraded", "False", "AsExpected", "2/2 replicas ready"),
+    ]
+    second = compute_status(spec(), observe(pods, states), first, LATER)
+    assert second == first
+    assert status_patch(first, second) is None
+
+
+def test_unschedulable_for_npus_is_waiting_for_npu_but_other_reasons_are_pending() -> None:
+    npu = f"0/3 nodes are available: 3 Insufficient {NPU}."
+    status = compute_status(spec(replicas=1), observe([pod("qwen-a", scheduled=("Unschedulable", npu))]), None, NOW)
+    assert status["phase"] == "WaitingForNPU"
+    assert status["conditions"][0] == cond("Ready", "False", "WaitingForNPU",
+                                           f"0/1 replicas ready; qwen-a: WaitingForNPU ({npu})")
+    taint = "0/3 nodes are available: 3 node(s) had untolerated taint {dedicated: infra}."
+    pending = compute_status(spec(replicas=1), observe([pod("qwen-a", scheduled=("Unschedulable", taint))]), None, NOW)
+    assert pending["phase"] == "Pending"
+
+
+@pytest.mark.parametrize("broken", [
+    pod("qwen-a", ready=False, waiting="CrashLoopBackOff"),
+    pod("qwen-a", ready=False, waiting="ImagePullBackOff"),
+    pod("qwen-a", ready=False, phase="Failed"),
+])
+def test_a_broken_pod_without_ready_ones_is_failed(broken: dict[str, Any]) -> None:
+    status = compute_status(spec(replicas=1), observe([broken]), None, NOW)
+    assert status["phase"] == "Failed"
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"][:3]] == [
+        ("Ready", "False", "Failed"), ("Progressing", "False", "ReplicasFailed"), ("Degraded", "True", "ReplicasFailed")]
+
+
+def test_the_slowest_starting_pod_sets_the_phase() -> None:
+    pods = [pod("qwen-a", ready=False), pod("qwen-b", ready=False)]
+    states = {"qwen-a": runtime(RuntimePhase.WARMING_UP), "qwen-b": runtime(RuntimePhase.CAPTURING_GRAPHS)}
+    assert compute_status(spec(), observe(pods, states), None, NOW)["phase"] == "CapturingGraphs"
+
+
+def test_zero_replicas_is_stopped() -> None:
+    status = compute_status(spec(replicas=0), observe([]), None, NOW)
+    assert status["phase"] == "Stopped"
+    assert status["conditions"][0] == cond("Ready", "False", "Stopped", "0 replicas requested")
+
+
+@pytest.mark.parametrize(("pod_status", "state", "expected"), [
+    (pod("p"), None, Phase.READY),  # the kubelet says ready, the runtime is not readable
+    (pod("p", ready=False), None, Phase.LOADING),
+    (pod("p", ready=False, phase="Pending"), None, Phase.PENDING),
+    (pod("p"), runtime(RuntimePhase.PREFLIGHT), Phase.LOADING),
+    (pod("p"), runtime(RuntimePhase.DRAINING), Phase.DEGRADED),
+    (pod("p"), runtime(RuntimePhase.FAILED), Phase.FAILED),
+])
+def test_classify_pod(pod_status: dict[str, Any], state: RuntimeState | None, expected: Phase) -> None:
+    assert classify_pod(pod_status, state, NPU)[0] == expected
+
+
+def test_remembered_mode_comes_from_current_ready_pods_and_is_the_safest() -> None:
+    pods = [pod("qwen-a"), pod("qwen-b"), pod("qwen-old", template="h0")]
+    states = {"qwen-a": runtime(RuntimePhase.READY, mode=GraphMode.FULL_DECODE_ONLY),
+              "qwen-b": runtime(RuntimePhase.READY, mode=GraphMode.PIECEWISE),
+              "qwen-old": runtime(RuntimePhase.READY, mode=GraphMode.EAGER)}  # older spec: ignored
+    graph = compute_status(spec(replicas=3), observe(pods, states), None, NOW)["graph"]
+    assert (graph["mode"], graph["rememberedMode"], graph["rememberedFor"]) == ("Mixed", "PIECEWISE", "key1")
+
+
+def test_remembered_mode_is_kept_while_the_key_matches_and_dropped_when_not() -> None:
+    previous = {"graph": {"rememberedMode": "PIECEWISE", "rememberedFor": "key1"}}
+    starting = {"qwen-a": runtime(RuntimePhase.LOADING, mode=None)}
+    kept = compute_status(spec(replicas=1), observe([pod("qwen-a", ready=False)], starting), previous, NOW)["graph"]
+    assert (kept.get("rememberedMode"), kept.get("rememberedFor")) == ("PIECEWISE", "key1")
+    dropped = compute_status(spec(replicas=1), observe([pod("qwen-a", ready=False)], starting, key="key2"),
+                             previous, NOW)["graph"]
+    assert "rememberedMode" not in dropped and "rememberedFor" not in dropped
+    assert status_patch(previous, {"graph": dropped}) == {"graph": {
+        "rememberedMode": None, "rememberedFor": None, "fallbacks": 0,
+        "replicas": [{"pod": "qwen-a", "ready": False, "fallbacks": 0, "phase": "Loading", "image": "img:1"}],
+    }}
+
+
+def test_fallback_and_leak_conditions_name_the_pods_and_reasons() -> None:
+    states = {"qwen-a": runtime(RuntimePhase.READY, mode=GraphMode.PIECEWISE, rung=3, fallbacks=1,
+                                fallback_reason="capture failed: out of memory"),
+              "qwen-b": runtime(RuntimePhase.READY, hung=True)}
+    status = compute_status(spec(), observe([pod("qwen-a"), pod("qwen-b")], states), None, NOW)
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["GraphModeFallback"] == cond(
+        "GraphModeFallback", "True", "FellBack",
+        "qwen-a runs PIECEWISE instead of FULL_AND_PIECEWISE: capture failed: out of memory")
+    assert by_type["LeakSuspected"] == cond("LeakSuspected", "True", "RequestsHung", "qwen-b: requests hung")
+    assert status["graph"]["fallbacks"] == 1
+
+
+def test_a_child_conflict_stops_progressing() -> None:
+    status = compute_status(spec(replicas=1), observe([], conflicts=("ConfigMap llm/qwen-config exists",)), None, NOW)
+    assert status["conditions"][1] == cond("Progressing", "False", "ChildConflict", "ConfigMap llm/qwen-config exists")
+
+
+def test_set_condition_moves_the_transition_time_only_on_a_flip() -> None:
+    start = set_condition([], "Ready", False, "Pending", "no pods yet", NOW, 1)
+    assert start == [{"type": "Ready", "status": "False", "reason": "Pending", "message": "no pods yet",
+                      "lastTransitionTime": T0, "observedGeneration": 1}]
+    same = set_condition(start, "Ready", False, "Loading", "loading weights", LATER, 2)
+    assert same == [{"type": "Ready", "status": "False", "reason": "Loading", "message": "loading weights",
+                     "lastTransitionTime": T0, "observedGeneration": 2}]
+    flipped = set_condition(same, "Ready", True, "AllReplicasReady", "1/1", LATER, 2)
+    assert flipped[0]["lastTransitionTime"] == T5 and flipped[0]["status"] == "True"
+    other = set_condition(flipped, "Degraded", "Unknown", "NoReports", "", LATER, None)
+    assert other[0] == flipped[0]
+    assert other[1] == {"type": "Degraded", "status": "Unknown", "reason": "NoReports", "message": "",
+                        "lastTransitionTime": T5}
+
+
+def test_invalid_spec_status_keeps_what_was_observed() -> None:
+    previous = base(phase="Ready", readyReplicas=2, kopf={"progress": {}},
+                    conditions=[cond("Ready", "True", "AllReplicasReady", "2/2 replicas ready")])
+    status = invalid_spec_status(previous, "invalid spec: spec.npu.perReplica: must equal", 4, LATER)
+    assert status == {
+        **{k: v for k, v in previous.items() if k != "kopf"},
+        "observedGeneration": 4,
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": "the spec is invalid; see InvalidSpec",
+             "lastTransitionTime": T5, "observedGeneration": 4},
+            {"type": "InvalidSpec", "status": "True", "reason": "InvalidSpec",
+             "message": "invalid spec: spec.npu.perReplica: must equal", "lastTransitionTime": T5,
+             "observedGeneration": 4},
+        ],
+    }
+
+
+def test_status_patch_is_a_merge_patch_or_none() -> None:
+    old = {"phase": "Ready", "graph": {"mode": "EAGER", "rememberedMode": "EAGER", "replicas": [1]},
+           "kopf": {"x": 1}, "endpoint": "a"}
+    new = {"phase": "Ready", "graph": {"mode": "PIECEWISE", "replicas": [1, 2]}, "selector": "s"}
+    assert status_patch(old, new) == {
+        "endpoint": None, "selector": "s",
+        "graph": {"mode": "PIECEWISE", "rememberedMode": None, "replicas": [1, 2]},
+    }
+    assert status_patch({**new, "kopf": {"y": 2}}, new) is None
+    assert status_patch(None, {"phase": "Pending"}) == {"phase": "Pending"}
+
+
+def test_transition_events_fire_once_per_transition() -> None:
+    before = {"conditions": [cond("Ready", "False", "Loading", "0/1"), cond("GraphModeFallback", "False", "AsRequested", "")]}
+    after = {"conditions": [cond("Ready", "True", "AllReplicasReady", "1/1 replicas ready"),
+                            cond("GraphModeFallback", "True", "FellBack", "qwen-a runs EAGER instead of PIECEWISE")]}
+    assert transition_events(before, after) == [
+        ("Warning", "FellBack", "qwen-a runs EAGER instead of PIECEWISE"),
+        ("Normal", "Ready", "1/1 replicas ready"),
+    ]
+    assert transition_events(after, after) == []
+    another = {"conditions": [cond("GraphModeFallback", "True", "FellBack", "qwen-a ...; qwen-b runs EAGER")]}
+    assert transition_events(after, another) == [("Warning", "FellBack", "qwen-a ...; qwen-b runs EAGER")]
