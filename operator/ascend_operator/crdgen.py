@@ -302,11 +302,78 @@ def render_crd_yaml() -> str:
     return _HEADER + yaml.safe_dump(generate_crd(), sort_keys=False, width=100, allow_unicode=False)
 
 
-def write_crds(root: Path) -> list[Path]:
-    """Write the CRD to every path in :data:`CRD_PATHS` under ``root``; return the paths written."""
+#: The API reference generated from the same schema (``kubectl explain`` in a file).
+API_DOC_PATH = Path("docs") / "api.md"
+
+
+def _type_of(node: dict[str, Any]) -> str:
+    if node.get("x-kubernetes-int-or-string"):
+        return "int-or-string"
+    kind = node.get("type", "object")
+    if kind == "array":
+        return f"[]{_type_of(node.get('items') or {})}"
+    return str(kind)
+
+
+def _constraints(node: dict[str, Any]) -> str:
+    parts = []
+    if "enum" in node:
+        parts.append("one of " + ", ".join(f"`{v}`" for v in node["enum"]))
+    low = ">" if node.get("exclusiveMinimum") is True else ">="
+    high = "<" if node.get("exclusiveMaximum") is True else "<="
+    for key, label in (("minimum", low), ("maximum", high), ("minItems", "items >="),
+                       ("maxItems", "items <="), ("maxLength", "length <="), ("pattern", "pattern")):
+        if key in node:
+            parts.append(f"{label} `{node[key]}`")
+    return "; ".join(parts)
+
+
+def _rows(node: dict[str, Any], path: str, required: bool) -> list[str]:
+    description = " ".join(str(node.get("description", "")).split()).replace("|", "\\|")
+    rows = [f"| `{path}` | {_type_of(node)}{' (required)' if required else ''} | {description} | {_constraints(node)} |"]
+    children = node.get("properties") or (node.get("items") or {}).get("properties")
+    needed = set(node.get("required") or (node.get("items") or {}).get("required") or [])
+    if children:
+        suffix = "[]" if node.get("type") == "array" else ""
+        for name, child in children.items():
+            rows.extend(_rows(child, f"{path}{suffix}.{name}", name in needed))
+    return rows
+
+
+def render_api_reference() -> str:
+    """Markdown tables of every spec and status field: type, description, bounds, CEL rules."""
+    crd = generate_crd()
+    version = crd["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    out = [
+        f"# API reference: {crd['spec']['names']['kind']} ({crd['spec']['group']}/{version['name']})",
+        "",
+        "Generated from the pydantic model by `ascend-llm crd` (the same source as the CRD in `crds/`);",
+        "`make test` fails when this file is stale. `kubectl explain ald.spec` shows the same descriptions.",
+        "",
+    ]
+    for section in ("spec", "status"):
+        node = schema["properties"][section]
+        out += [f"## `{section}`", "", "| field | type | description | bounds |", "|---|---|---|---|"]
+        out += _rows(node, section, False)[1:]
+        out.append("")
+        rules = node.get("x-kubernetes-validations") or []
+        if rules:
+            out += [f"### Cross-field rules on `{section}` (CEL, checked by the API server and the operator)", ""]
+            out += [f"- `{rule['rule']}`: {rule.get('message', '')}" for rule in rules]
+            out.append("")
+    return "\n".join(out)
+
+
+def _outputs() -> list[tuple[Path, str]]:
     text = render_crd_yaml()
+    return [(relative, text) for relative in CRD_PATHS] + [(API_DOC_PATH, render_api_reference())]
+
+
+def write_crds(root: Path) -> list[Path]:
+    """Write the CRD to every path in :data:`CRD_PATHS`, and the API reference; return the paths."""
     written = []
-    for relative in CRD_PATHS:
+    for relative, text in _outputs():
         target = Path(root) / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
@@ -315,10 +382,9 @@ def write_crds(root: Path) -> list[Path]:
 
 
 def check_crds(root: Path) -> list[str]:
-    """Paths under ``root`` whose CRD is missing or differs from :func:`render_crd_yaml` (stale)."""
-    text = render_crd_yaml()
+    """Paths under ``root`` whose generated content is missing or differs (stale)."""
     stale = []
-    for relative in CRD_PATHS:
+    for relative, text in _outputs():
         target = Path(root) / relative
         if not target.is_file() or target.read_text(encoding="utf-8") != text:
             stale.append(str(relative))

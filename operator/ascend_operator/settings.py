@@ -188,6 +188,13 @@ class OperatorSettings(BaseSettings):
     resync_interval_s: float = Field(60.0, gt=0, description="Timer that re-reconciles and reads pod state.")
     status_read_timeout_s: float = Field(5.0, gt=0, description="Timeout of one pod /state read.")
     field_manager: str = Field("ascend-llm-operator", description="Field manager of the operator's writes.")
+    api_server: str | None = Field(
+        None,
+        description=(
+            "Talk to this API URL without TLS checks instead of in-cluster config or a kubeconfig. "
+            "For tests and local development only; the chart never sets it."
+        ),
+    )
     cluster_domain: str = Field("cluster.local", description="DNS domain used in status.endpoint.")
 
     @field_validator("namespaces", mode="before")

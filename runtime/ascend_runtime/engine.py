@@ -24,6 +24,11 @@ log = logging.getLogger(__name__)
 
 #: Lines of engine output kept for the post-mortem classification of an exit.
 TAIL_LINES = 4000
+#: Seconds to wait for the last output after the engine exits. Its children (vLLM's engine
+#: core, workers) inherit the pipe and can keep it open after the API server died.
+READER_DRAIN_S = 2.0
+#: Seconds between checks of the engine's exit status (see :meth:`EngineProcess._wait_exit`).
+EXIT_POLL_S = 0.1
 
 
 @dataclass
@@ -84,12 +89,29 @@ class EngineProcess:
             if event is not None:
                 self.on_event(event)
 
+    async def _drain_reader(self) -> None:
+        if self._reader is None or self._reader.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._reader), timeout=READER_DRAIN_S)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+
+    async def _wait_exit(self) -> int:
+        """The exit code, as soon as the process has exited.
+
+        Not ``Process.wait()``: on Python 3.11 it returns only once every pipe is closed, and
+        vLLM's engine core keeps the engine's stdout open after the API server died.
+        """
+        assert self.process is not None
+        while self.process.returncode is None:
+            await asyncio.sleep(EXIT_POLL_S)
+        return self.process.returncode
+
     async def wait(self) -> EngineExit:
         assert self.process is not None
-        returncode = await self.process.wait()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        returncode = await self._wait_exit()
+        await self._drain_reader()
         return EngineExit(returncode=returncode, outcome=classify_lines(self.tail))
 
     def running(self) -> bool:
@@ -110,15 +132,15 @@ class EngineProcess:
         if self.running():
             self.signal_group(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.process.wait(), timeout=max(timeout, 0.1))
+                await asyncio.wait_for(self._wait_exit(), timeout=max(timeout, 0.1))
             except asyncio.TimeoutError:
                 log.warning("engine did not stop within %.0f s; killing it", timeout)
                 self.signal_group(signal.SIGKILL)
-                await self.process.wait()
-        # Stragglers of the group (workers that outlived the parent) go too.
+                await self._wait_exit()
+        # Stragglers of the group (an engine core or workers that outlived the API server) go too.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        await self._drain_reader()
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
         return self.process.returncode

@@ -249,8 +249,8 @@ class Supervisor:
                 return result
             return await self._serve_phase(engine, exit_task)
         finally:
-            if engine.running():
-                await engine.stop(FAILED_ENGINE_STOP_S)
+            # Always: also when the API server has exited, its engine core may live on.
+            await engine.stop(FAILED_ENGINE_STOP_S)
             if not exit_task.done():
                 exit_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

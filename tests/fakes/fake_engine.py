@@ -19,6 +19,9 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_HANG_AFTER``: after this many completions, requests never finish and the
   generated-token counter stops (hang tests).
 - ``FAKE_ENGINE_LAUNCH_LOG``: append one line per launch (the argv) to this file.
+- ``FAKE_ENGINE_SPAWN_CHILD``: start a child that inherits stdout and outlives this process,
+  as vLLM's engine core does when the API server dies; its pid is appended to
+  ``FAKE_ENGINE_STATE_DIR``/children.
 
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
@@ -134,6 +137,13 @@ async def main() -> None:
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(sys.argv[1:]) + "\n")
 
+    if os.environ.get("FAKE_ENGINE_SPAWN_CHILD"):
+        import subprocess
+
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        state_dir = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", "."))
+        with open(state_dir / "children", "a", encoding="utf-8") as handle:
+            handle.write(f"{child.pid}\n")
     engine = FakeEngine(args)
     print(f"INFO fake engine: model={args.model} graph={engine.graph}", flush=True)
     if engine.graph and os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):

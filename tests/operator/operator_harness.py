@@ -28,6 +28,9 @@ NAMESPACE = "llm"
 RESYNC_S = 0.25
 #: The longest a test waits for the operator to converge (it normally takes well under a second).
 CONVERGE_S = 10.0
+#: The longest stopping may take: kopf gives a daemon in mid-pass its cancellation timeout (10 s)
+#: and leftover tasks 5 s more; a normal stop takes a fraction of a second.
+STOP_S = 30.0
 
 DEPLOYMENTS = ("apps/v1", "deployments")
 CONFIGMAPS = ("v1", "configmaps")
@@ -42,11 +45,7 @@ def make_settings(url: str, **overrides: Any) -> OperatorSettings:
     values: dict[str, Any] = {"standalone": True, "resync_interval_s": RESYNC_S, "status_read_timeout_s": 2.0}
     values.update(overrides)
     settings = OperatorSettings(**values)
-    if "api_server" in OperatorSettings.model_fields:
-        return settings.model_copy(update={"api_server": url})
-    # Until settings.py declares api_server, attach it the way handle_startup reads it.
-    object.__setattr__(settings, "api_server", url)
-    return settings
+    return settings.model_copy(update={"api_server": url})
 
 
 class _NotTheOperators:
@@ -102,7 +101,7 @@ class OperatorRun:
         if current is not None:
             self._ignored.tasks.add(current)
         self._stop.set()
-        await asyncio.wait_for(self._task, CONVERGE_S)
+        await asyncio.wait_for(self._task, STOP_S)
         self._task = None
 
     async def restart(self) -> None:

@@ -99,10 +99,15 @@ def test_repeated_replay_failures_demote_the_mode(runtime_factory):
 
 
 def test_crash_is_relaunched_with_backoff_and_counted(runtime_factory):
-    runtime = runtime_factory({"warmup": {"enabled": False}}, {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "1.5"})
+    # The engine leaves a child holding its stdout, as vLLM's engine core does when the API
+    # server dies: the runtime must neither wait for that pipe nor leave the child behind.
+    runtime = runtime_factory({"warmup": {"enabled": False}},
+                              {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "1.5", "FAKE_ENGINE_SPAWN_CHILD": "1"})
     runtime.wait_for(is_ready, 30, "Ready")
     state = runtime.wait_for(lambda s: s["engineRestarts"] == 1 and is_ready(s), 30, "Ready after the crash")
     assert state["fallbacks"] == 0
+    first_child = int((runtime.workdir / "children").read_text().split()[0])
+    assert not Path(f"/proc/{first_child}").exists()
     _, metrics = http("GET", f"{runtime.url}/metrics")
     assert 'ascend_llm_engine_restarts_total{reason="crash"} 1.0' in metrics
 

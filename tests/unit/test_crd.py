@@ -183,8 +183,16 @@ def test_committed_crd_files_are_fresh() -> None:
     assert committed == CRD
 
 
+def test_api_reference_lists_every_spec_field_with_its_description() -> None:
+    text = crdgen.render_api_reference()
+    for path, node in walk(SCHEMA["properties"]["spec"]):
+        if node.get("description") and path and not path.endswith("[]") and "{" not in path:
+            assert f"| `spec{path}` |" in text, path
+    assert "### Cross-field rules on `spec`" in text
+
+
 def test_check_crds_reports_missing_and_edited_files(tmp_path: Path) -> None:
-    assert crdgen.check_crds(tmp_path) == [str(p) for p in crdgen.CRD_PATHS]
+    assert crdgen.check_crds(tmp_path) == [str(p) for p in crdgen.CRD_PATHS] + [str(crdgen.API_DOC_PATH)]
     written = crdgen.write_crds(tmp_path)
     assert crdgen.check_crds(tmp_path) == []
     written[1].write_text(written[1].read_text() + "# edited\n")

@@ -93,6 +93,12 @@ def test_multinode_example_renders_the_expected_manifests(
     assert configmap == {**expected["configmap"], "data": {}}
     assert yaml.safe_load(text) == expected["engine_config"]
     assert EngineConfig.model_validate(yaml.safe_load(text)) == children.engine_config
+    # The runtime's own layout check agrees with the spec rules the example passed.
+    parallel = children.engine_config.engine.parallel
+    assert (
+        children.engine_config.distributed.layout_errors(parallel.tensor, parallel.pipeline, parallel.data)
+        == []
+    )
     assert [o["kind"] for o in children.objects()] == [
         "ConfigMap",
         "LeaderWorkerSet",

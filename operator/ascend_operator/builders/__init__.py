@@ -171,7 +171,10 @@ def build_children(
     start_mode = observed.remembered_mode if observed.remembered_for == key else None
     config = build_engine_config(meta.name, spec, settings, start_mode, image)
     configmap = build_configmap(meta.name, meta.namespace, names.configmap, config)
-    config_hash = content_hash(configmap["data"])
+    # The pod template carries a hash of the config *without* the remembered start mode:
+    # remembering the mode that already runs must not roll healthy pods; new pods read it.
+    rolled = config.model_copy(update={"graph": config.graph.model_copy(update={"start_mode": None})})
+    config_hash = content_hash(build_configmap(meta.name, meta.namespace, names.configmap, rolled)["data"])
     workload_args = (meta.name, meta.namespace, names, spec, settings, config, config_hash, image)
     multinode = spec.nodes_per_replica > 1
     scaling = spec.autoscaling is not None and spec.autoscaling.enabled

@@ -49,7 +49,7 @@ def operator_settings(memo: Any) -> OperatorSettings:
 def api_server(settings: OperatorSettings) -> str | None:
     """The explicit API URL for tests and local development (settings ``api_server``), if any."""
 
-    value = getattr(settings, "api_server", None)
+    value = settings.api_server
     return str(value) if value else None
 
 
