@@ -406,6 +406,13 @@ class RuntimeState(_Model):
     health: dict[str, Any] = Field(default_factory=dict, description="Leak and hang details.")
     versions: dict[str, str | None] = Field(default_factory=dict)
     image: str | None = None
+    role: str | None = Field(
+        None, description="leader or worker in a multi-node group (distributed.nodes > 1); None: single node."
+    )
+    leader: str | None = Field(None, description="Workers: the leader runtime's /state URL they follow.")
+    leader_mode: GraphMode | None = Field(
+        None, description="Workers: the leader's graph mode this worker's engine was launched for."
+    )
     #: Unix time of the last phase change.
     since: float | None = None
 
