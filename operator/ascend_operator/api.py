@@ -1306,7 +1306,7 @@ class ConditionStatus(str, enum.Enum):
 
 
 class Condition(_Status):
-    """A condition (Ready, Progressing, Degraded, GraphModeFallback, InvalidSpec)."""
+    """A condition (Ready, Progressing, Degraded, WaitingForNPU, Autoscaling, GraphModeFallback, ...)."""
 
     type: Annotated[str, StringConstraints(min_length=1, max_length=316)] = Field(
         description="Condition type."
@@ -1368,6 +1368,46 @@ class WarmupStatus(_Status):
     last_seconds: float | None = Field(None, ge=0, description="Duration of the latest finished warmup.")
 
 
+class NodeBehind(_Status):
+    """One node (pod) of a multi-node replica that is not ready, or not there yet."""
+
+    pod: str | None = Field(None, description="Pod name; absent when the pod does not exist yet.")
+    worker_index: int = Field(ge=0, description="LeaderWorkerSet worker index (0 is the leader).")
+    phase: str = Field(description="The pod's phase (Loading, WaitingForNPU, ...) or Missing.")
+    reason: str = Field("", description="Why, from the pod's status or its runtime.")
+
+
+class GroupBehind(_Status):
+    """A multi-node replica (LeaderWorkerSet group) that is not ready, and which nodes hold it up."""
+
+    group: int = Field(ge=0, description="LeaderWorkerSet group index.")
+    ready_nodes: int = Field(0, ge=0, description="Pods of the group that are ready.")
+    nodes: int = Field(ge=1, description="Pods the group needs (nodesPerReplica).")
+    behind: list[NodeBehind] = Field(
+        default_factory=list, max_length=64, description="The group's pods that are not ready."
+    )
+
+
+class AutoscalingStatus(_Status):
+    """The autoscaler of the resource (present while spec.autoscaling is enabled)."""
+
+    provider: str | None = Field(
+        None, description="HorizontalPodAutoscaler or ScaledObject; absent when none could be made."
+    )
+    name: str | None = Field(None, description="Name of the HorizontalPodAutoscaler or ScaledObject.")
+    min_replicas: int = Field(ge=0, description="Lower bound of the replicas.")
+    max_replicas: int = Field(ge=1, description="Upper bound of the replicas.")
+    spec_replicas: int = Field(ge=0, description="spec.replicas as last seen (the autoscaler writes it).")
+    desired_replicas: int | None = Field(
+        None, ge=0, description="Replicas the autoscaler last asked for (its HPA's status)."
+    )
+    current_replicas: int | None = Field(None, ge=0, description="Replicas the autoscaler last saw.")
+    last_scale_time: str | None = Field(
+        None, description="When the autoscaler last changed the replicas (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
+
+
 class AscendLLMDeploymentStatus(_Status):
     """Observed state, written by the operator through the status subresource."""
 
@@ -1389,10 +1429,23 @@ class AscendLLMDeploymentStatus(_Status):
     chip: str | None = Field(None, description="Chip preset or CPU (printer column).")
     graph: GraphStatus | None = Field(None, description="Graph modes of the replicas.")
     warmup: WarmupStatus | None = Field(None, description="Warmup outcomes.")
+    groups: int | None = Field(
+        None, ge=0, description="Multi-node replicas (LeaderWorkerSet groups) that have pods."
+    )
+    ready_groups: int | None = Field(None, ge=0, description="Groups whose pods are all ready.")
+    groups_behind: list[GroupBehind] | None = Field(
+        None, max_length=1024, description="Groups that are not ready, and which of their nodes lag."
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        None, description="The autoscaler, its bounds and what it last did (while autoscaling is on)."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,
-        description="Ready, Progressing, Degraded, GraphModeFallback and InvalidSpec conditions.",
+        description=(
+            "Ready, Progressing, Degraded, WaitingForNPU, Autoscaling, GraphModeFallback, LeakSuspected "
+            "and InvalidSpec conditions."
+        ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     kopf: dict[str, Any] | None = Field(

@@ -12,8 +12,15 @@ the API error policy lives in one place:
   desired one, so a resync that changes nothing sends no write.
 - A child that exists but is not owned by the resource (no owner reference with its uid) is never
   touched: :meth:`Kube.ensure` reports a conflict instead.
+- Custom-resource children (LeaderWorkerSet, KEDA ScaledObject) go through ``CustomObjectsApi``;
+  listing a kind whose API the cluster does not serve gives no items (nothing of it can exist).
 - 404 on delete is success (already gone). Pod state reads that fail for any reason (no pod IP
   yet, runtime not listening, timeout, malformed answer) give ``None`` ("unknown"), logged at debug.
+
+Discovery (:meth:`Kube.served`): the group/versions the API server lists under ``/apis``, cached
+for the settings' ``discovery_ttl_s`` and refreshed by the first reconcile (usually a resync) after
+that. ``/api`` and ``/apis`` are non-resource URLs that the built-in ``system:discovery``
+ClusterRole lets every authenticated client read, so they need no rule in ``ascend_operator.rbac``.
 
 The client is synchronous; every call runs in a worker thread (``asyncio.to_thread``) so kopf's
 event loop never blocks. The :class:`kubernetes.client.ApiClient` is created once per process
@@ -26,6 +33,7 @@ import asyncio
 import enum
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -62,14 +70,28 @@ class ChildKind:
         group, _, _ = self.api_version.rpartition("/")
         return group
 
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    @property
+    def custom(self) -> bool:
+        """Served by ``CustomObjectsApi`` (group, version and plural are call arguments)."""
+        return self.api == "CustomObjectsApi"
+
 
 CONFIGMAP = ChildKind("ConfigMap", "v1", "configmaps", "CoreV1Api", "config_map")
 SERVICE = ChildKind("Service", "v1", "services", "CoreV1Api", "service")
 DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments", "AppsV1Api", "deployment")
 PDB = ChildKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", "PolicyV1Api", "pod_disruption_budget")
+LEADERWORKERSET = ChildKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "leaderworkersets",
+                            "CustomObjectsApi", "custom_object")
+HPA = ChildKind("HorizontalPodAutoscaler", "autoscaling/v2", "horizontalpodautoscalers", "AutoscalingV2Api",
+                "horizontal_pod_autoscaler")
+SCALED_OBJECT = ChildKind("ScaledObject", "keda.sh/v1alpha1", "scaledobjects", "CustomObjectsApi", "custom_object")
 POD = ChildKind("Pod", "v1", "pods", "CoreV1Api", "pod")
 
-CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB)
+CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT)
 KINDS_BY_NAME: Final = {kind.kind: kind for kind in (*CHILD_KINDS, POD)}
 
 #: Every (apiGroup, resource) -> verbs this module calls. :meth:`Kube._call` refuses any other
@@ -83,7 +105,7 @@ API_VERBS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
 }
 
 _METHOD_PREFIX = {
-    "get": "read_namespaced_",
+    "get": "read_namespaced_",  # ``get_namespaced_custom_object`` for custom resources
     "list": "list_namespaced_",
     "create": "create_namespaced_",  # reached through server-side apply (see API_VERBS)
     "patch": "patch_namespaced_",
@@ -146,8 +168,11 @@ class Kube:
         # Built now, at start-up: the first use of an API class costs about a second of imports.
         self._apis: dict[str, Any] = {
             name: getattr(kubernetes.client, name)(api_client)
-            for name in ("CoreV1Api", "AppsV1Api", "PolicyV1Api", "CustomObjectsApi")
+            for name in ("CoreV1Api", "AppsV1Api", "PolicyV1Api", "AutoscalingV2Api", "CustomObjectsApi", "ApisApi")
         }
+        #: (monotonic time of the read, the served group/versions) of the last discovery.
+        self._served: tuple[float, frozenset[str]] | None = None
+        self._discovery_lock = asyncio.Lock()
 
     def close(self) -> None:
         self._client.close()
@@ -157,18 +182,26 @@ class Kube:
     def _api(self, name: str) -> Any:
         return self._apis[name]
 
-    async def _call(self, kind: ChildKind, verb: str, *args: Any, resource: str | None = None,
-                    **kwargs: Any) -> Any:
-        """Call ``verb`` on ``kind``; returns the decoded JSON body (raw, camelCase)."""
+    async def _call(self, kind: ChildKind, verb: str, namespace: str, name: str | None = None, *args: Any,
+                    resource: str | None = None, **kwargs: Any) -> Any:
+        """Call ``verb`` on ``kind`` (``name`` None: the collection); returns the decoded JSON body
+        (raw, camelCase). ``args`` follow the name (a patch body, the proxy path)."""
 
         plural = resource or kind.plural
         if verb not in API_VERBS.get((kind.group, plural), frozenset()):
             raise PermissionError(f"{verb} on {plural} is not declared in k8s.API_VERBS (nor granted by rbac.py)")
+        named = (name,) if name is not None else ()
         if resource == "pods/proxy":
             method = self._api(kind.api).connect_get_namespaced_pod_proxy_with_path
+            call_args: tuple[Any, ...] = (*named, namespace, *args)
+        elif kind.custom:
+            prefix = "get_namespaced_" if verb == "get" else _METHOD_PREFIX[verb]
+            method = getattr(self._api(kind.api), prefix + kind.method_suffix)
+            call_args = (kind.group, kind.version, namespace, kind.plural, *named, *args)
         else:
             method = getattr(self._api(kind.api), _METHOD_PREFIX[verb] + kind.method_suffix)
-        response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
+            call_args = (*named, namespace, *args)
+        response = await asyncio.to_thread(method, *call_args, _preload_content=False, **kwargs)
         data = response.data
         return json.loads(data) if data else None
 
@@ -176,14 +209,22 @@ class Kube:
 
     async def read(self, kind: ChildKind, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return await self._call(kind, "get", name, namespace)
+            return await self._call(kind, "get", namespace, name)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
 
     async def list(self, kind: ChildKind, namespace: str, selector: str) -> list[dict[str, Any]]:
-        body = await self._call(kind, "list", namespace, label_selector=selector)
+        """Objects of ``kind`` matching ``selector``; none when the cluster does not serve the kind
+        (a CRD not installed: the API server answers 404 for the whole collection)."""
+
+        try:
+            body = await self._call(kind, "list", namespace, label_selector=selector)
+        except ApiException as error:
+            if error.status == 404 and kind.custom:
+                return []
+            raise
         items = body.get("items") or []
         for item in items:  # list items carry no kind of their own
             item.setdefault("apiVersion", kind.api_version)
@@ -193,7 +234,7 @@ class Kube:
     async def apply(self, kind: ChildKind, child: Mapping[str, Any]) -> dict[str, Any]:
         meta = child["metadata"]
         return await self._call(
-            kind, "patch", meta["name"], meta["namespace"], dict(child),
+            kind, "patch", meta["namespace"], meta["name"], dict(child),
             field_manager=self._field_manager, force=True, _content_type=APPLY_CONTENT_TYPE,
         )
 
@@ -220,7 +261,7 @@ class Kube:
         """Delete one child; ``False`` when it was already gone."""
 
         try:
-            await self._call(kind, "delete", name, namespace, propagation_policy="Background")
+            await self._call(kind, "delete", namespace, name, propagation_policy="Background")
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -237,6 +278,42 @@ class Kube:
             if name not in keep and owned_by(item, owner_uid) and await self.delete(kind, namespace, name):
                 deleted.append(name)
         return deleted
+
+    # ------------------------------------------------------------------ discovery
+
+    async def served(self, max_age_s: float) -> frozenset[str]:
+        """The group/versions the cluster serves (``"keda.sh/v1alpha1"``, ``"v1"``, ...), read from
+        discovery at most once per ``max_age_s`` seconds.
+
+        A failed refresh keeps the last answer (an add-on's state is no reason to stop
+        reconciling); with no earlier answer the error propagates and the reconcile is retried.
+        """
+
+        async with self._discovery_lock:  # concurrent reconciles share one refresh
+            now = time.monotonic()
+            if self._served is not None and now - self._served[0] < max_age_s:
+                return self._served[1]
+            try:
+                found = await self._discover()
+            except (ApiException, urllib3.exceptions.HTTPError) as error:
+                if self._served is None:
+                    raise
+                logger.warning("API discovery failed (%s); using the answer from %.0fs ago",
+                               error, now - self._served[0])
+                return self._served[1]
+            self._served = (now, found)
+            return found
+
+    async def _discover(self) -> frozenset[str]:
+        response = await asyncio.to_thread(self._api("ApisApi").get_api_versions, _preload_content=False)
+        body = json.loads(response.data) if response.data else {}
+        group_versions = {
+            version["groupVersion"]
+            for group in body.get("groups") or []
+            for version in group.get("versions") or []
+            if version.get("groupVersion")
+        }
+        return frozenset({"v1", *group_versions})  # the core group (/api) is always served
 
     # ------------------------------------------------------------------ the resource's status
 
@@ -270,7 +347,7 @@ class Kube:
         """The runtime state of ``pod`` through the API server's pod proxy, or ``None``."""
 
         try:
-            body = await self._call(POD, "get", f"{pod}:{port}", namespace, STATE_PATH, resource="pods/proxy",
+            body = await self._call(POD, "get", namespace, f"{pod}:{port}", STATE_PATH, resource="pods/proxy",
                                     _request_timeout=self._state_timeout_s)
             return RuntimeState.model_validate(body)
         except ApiException as error:

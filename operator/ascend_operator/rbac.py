@@ -9,6 +9,12 @@ Scopes: an operator that watches every namespace needs all rules in a ClusterRol
 (:func:`cluster_role_rules`). One that watches a list of namespaces needs the cluster-scoped
 rules in a ClusterRole and :func:`namespaced_rules` in a Role per watched namespace.
 Peering rules apply only when the operator is not standalone.
+
+Discovery (``GET /apis``, which ``ascend_operator.k8s.Kube.served`` reads to learn whether KEDA,
+a custom metrics API and LeaderWorkerSet are installed) needs no rule here: ``/api`` and ``/apis``
+are non-resource URLs granted to every authenticated client by the built-in ``system:discovery``
+ClusterRole (bound to ``system:authenticated``). The rules for LeaderWorkerSets and ScaledObjects
+are harmless where those CRDs are not installed (RBAC names resources, it does not need them).
 """
 
 from __future__ import annotations
@@ -67,6 +73,13 @@ OPERATOR_RULES: tuple[Rule, ...] = (
          "Application: the engine Deployment: read, server-side apply, prune"),
     Rule(("policy",), ("poddisruptionbudgets",), ("get", "list", "create", "patch", "delete"),
          "Application: the PodDisruptionBudget: read, server-side apply, prune"),
+    Rule(("leaderworkerset.x-k8s.io",), ("leaderworkersets",), ("get", "list", "create", "patch", "delete"),
+         "Application: the LeaderWorkerSet of multi-node replicas: read, server-side apply, prune"),
+    Rule(("autoscaling",), ("horizontalpodautoscalers",), ("get", "list", "create", "patch", "delete"),
+         "Application: the HorizontalPodAutoscaler: read (also KEDA's, for the autoscaler status), "
+         "server-side apply, prune"),
+    Rule(("keda.sh",), ("scaledobjects",), ("get", "list", "create", "patch", "delete"),
+         "Application: the KEDA ScaledObject: read, server-side apply, prune"),
     Rule(("",), ("pods",), ("list",), "Application: the engine pods, for the status (Kube.list_pods)"),
     Rule(("",), ("pods/proxy",), ("get",),
          "Application: each runtime's GET /state through the pod proxy (Kube.read_state)"),

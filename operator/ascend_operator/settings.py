@@ -187,6 +187,12 @@ class OperatorSettings(BaseSettings):
     standalone: bool = Field(False, description="Run without peering (one operator replica, tests).")
     resync_interval_s: float = Field(60.0, gt=0, description="Timer that re-reconciles and reads pod state.")
     status_read_timeout_s: float = Field(5.0, gt=0, description="Timeout of one pod /state read.")
+    # What the cluster serves (KEDA, custom metrics, LeaderWorkerSet) changes only when someone
+    # installs or removes an add-on; 300 s means such a change is noticed within 5 minutes while
+    # the operator asks the API server's discovery endpoint (/apis) at most once per 5 minutes.
+    discovery_ttl_s: float = Field(
+        300.0, gt=0, description="How long the served API groups (discovery) are cached, seconds."
+    )
     field_manager: str = Field("ascend-llm-operator", description="Field manager of the operator's writes.")
     api_server: str | None = Field(
         None,

@@ -18,6 +18,20 @@ degraded runtime) > ``Degraded`` (some ready, or a runtime reports Degraded) > `
 ready and some pod failed: crash loop, image error, failed runtime) > ``WaitingForNPU`` (a pod is
 unschedulable for lack of the NPU resource) > the least advanced start-up phase of the pods
 (``Pending``, ``Loading``, ``CapturingGraphs``, ``WarmingUp``).
+
+Multi-node replicas (``nodesPerReplica`` > 1, one LeaderWorkerSet group each): the pods are
+grouped by LWS's ``group-index`` label; a group is one replica, ready when all its pods exist and
+are ready (LWS's own definition), and its phase is that of its least advanced pod (a failed or
+NPU-starved pod first). ``groups``, ``readyGroups`` and ``groupsBehind`` (which worker of which
+group is not ready, or not there) say where a group stands.
+
+Autoscaling (``spec.autoscaling.enabled``): ``status.autoscaling`` carries the autoscaler, its
+bounds, the ``spec.replicas`` last seen and what the HPA (ours, or the one KEDA made) reports
+(desired and current replicas, last scale time); the ``Autoscaling`` condition says whether the
+autoscaler owns ``spec.replicas`` or why it cannot. :func:`transition_events` announces the
+autoscaler taking over, its scales, and a manual change of ``spec.replicas`` that the autoscaler
+will undo. ``Autoscaling`` and ``WaitingForNPU`` appear once they first apply (a resource that
+never autoscaled or never waited does not carry them) and stay, False, afterwards.
 """
 
 from __future__ import annotations
@@ -31,15 +45,26 @@ from typing import Any
 from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, display_chip, display_model
+from ascend_operator.builders.common import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 
 READY = "Ready"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
+WAITING_FOR_NPU = "WaitingForNPU"
+AUTOSCALING = "Autoscaling"
 GRAPH_MODE_FALLBACK = "GraphModeFallback"
 LEAK_SUSPECTED = "LeakSuspected"
 INVALID_SPEC = "InvalidSpec"
 #: The order conditions appear in (``kubectl describe`` shows them as listed).
-CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, GRAPH_MODE_FALLBACK, LEAK_SUSPECTED, INVALID_SPEC)
+CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, WAITING_FOR_NPU, AUTOSCALING, GRAPH_MODE_FALLBACK,
+                   LEAK_SUSPECTED, INVALID_SPEC)
+
+#: Progressing reasons that stop the reconcile from making the workload (Warning Event each).
+CHILD_CONFLICT = "ChildConflict"
+LWS_NOT_INSTALLED = "LeaderWorkerSetNotInstalled"
+AUTOSCALING_DISABLED = "AutoscalingDisabled"
+#: How many pods a message names before it says "and N more".
+NAMED_PODS = 5
 
 #: The key kopf keeps its own bookkeeping under; never part of the operator's status diff.
 KOPF_STATUS_KEY = "kopf"
@@ -69,6 +94,26 @@ _LADDER = tuple(GraphMode)
 
 
 @dataclass(frozen=True)
+class AutoscalingObservation:
+    """The autoscaler of a resource whose ``spec.autoscaling`` is on, as the reconcile made it.
+
+    ``reason`` / ``message`` / ``problem`` are :class:`ascend_operator.builders.AutoscalerChoice`'s.
+    ``provider`` is the kind created (``HorizontalPodAutoscaler`` or ``ScaledObject``) and ``name``
+    its name; both None when none could be (e.g. KEDA not installed). ``hpa`` is the live HPA that
+    does the scaling (ours, or the one KEDA made for the ScaledObject), for its status.
+    """
+
+    reason: str
+    message: str
+    problem: bool
+    provider: str | None
+    name: str | None
+    min_replicas: int
+    max_replicas: int
+    hpa: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the reconcile saw of one resource, besides its spec.
 
@@ -90,6 +135,12 @@ class Observation:
     states: Mapping[str, RuntimeState | None] = field(default_factory=dict)
     #: Children the operator could not write (a same-named object it does not own), as messages.
     conflicts: Sequence[str] = ()
+    #: Pods per replica: above 1 the pods are LeaderWorkerSet groups (``pods`` holds them all).
+    nodes_per_replica: int = 1
+    #: None while ``spec.autoscaling`` is off.
+    autoscaling: AutoscalingObservation | None = None
+    #: Why the LeaderWorkerSet cannot be made (the cluster does not serve its API), if so.
+    lws_missing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +155,11 @@ class _Replica:
     state: RuntimeState | None
     image: str | None
     created: str
+    #: The NPUs the pod asks for (its containers' requests, else limits, of the resource).
+    npus: int = 0
+    #: LeaderWorkerSet group and worker index (labels), None on other pods.
+    group: int | None = None
+    worker: int | None = None
 
 
 # ------------------------------------------------------------------------------- conditions
@@ -216,7 +272,26 @@ def classify_pod(pod: Mapping[str, Any], state: RuntimeState | None, resource_na
     return Phase.PENDING, status.get("reason") or "the pod is starting"
 
 
-def _replicas(observation: Observation) -> list[_Replica]:
+def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+    value = labels.get(key)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _npus(pod: Mapping[str, Any], resource_name: str | None) -> int:
+    if not resource_name:
+        return 0
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        value = (resources.get("requests") or {}).get(resource_name, (resources.get("limits") or {}).get(resource_name))
+        if value is not None and str(value).isdigit():  # extended resources are whole numbers
+            total += int(value)
+    return total
+
+
+def _pods(observation: Observation) -> list[_Replica]:
+    """Every live pod (terminating ones dropped), classified, sorted by name."""
+
     replicas = []
     for pod in observation.pods:
         meta = pod.get("metadata") or {}
@@ -227,6 +302,7 @@ def _replicas(observation: Observation) -> list[_Replica]:
         phase, why = classify_pod(pod, state, observation.resource_name)
         ready_condition = _pod_condition(pod, "Ready")
         pod_hash = (meta.get("annotations") or {}).get(observation.template_hash_key)
+        labels = meta.get("labels") or {}
         replicas.append(_Replica(
             name=name,
             phase=phase,
@@ -237,8 +313,77 @@ def _replicas(observation: Observation) -> list[_Replica]:
             state=state,
             image=(state.image if state is not None and state.image else _pod_image(pod)),
             created=meta.get("creationTimestamp") or "",
+            npus=_npus(pod, observation.resource_name),
+            group=_int_label(labels, LWS_GROUP_INDEX_LABEL),
+            worker=_int_label(labels, LWS_WORKER_INDEX_LABEL),
         ))
     return sorted(replicas, key=lambda replica: replica.name)
+
+
+def _startup_rank(phase: Phase) -> int:
+    return _STARTUP_ORDER.index(phase) if phase in _STARTUP_ORDER else 0
+
+
+def _group_phase(members: list[_Replica], missing: list[int], size: int) -> tuple[Phase, str]:
+    """A group's phase: ready when every pod is; else its most stuck pod's, named."""
+
+    if not missing and all(m.ready for m in members):
+        degraded = [m for m in members if m.phase == Phase.DEGRADED]
+        if degraded:
+            return Phase.DEGRADED, "; ".join(f"{m.name} (worker {m.worker}): {m.why}" for m in degraded)
+        return Phase.READY, f"all {size} nodes ready"
+    for phase in (Phase.FAILED, Phase.WAITING_FOR_NPU):
+        stuck = [m for m in members if m.phase == phase]
+        if stuck:
+            return phase, "; ".join(f"{m.name} (worker {m.worker}): {m.why}" for m in stuck)
+    if missing:
+        return Phase.PENDING, f"worker(s) {', '.join(map(str, missing))} of {size} not created yet"
+    slowest = min((m for m in members if not m.ready), key=lambda m: _startup_rank(m.phase))
+    return slowest.phase, f"{slowest.name} (worker {slowest.worker}): {slowest.why}"
+
+
+def _groups(pods: list[_Replica], size: int) -> tuple[list[_Replica], list[dict[str, Any]]]:
+    """One replica per LeaderWorkerSet group, and the groups that are not ready with their
+    lagging (or missing) workers. Pods without LWS labels (a Deployment's on its way out) are
+    not part of any group."""
+
+    by_group: dict[int, list[_Replica]] = {}
+    for member in pods:
+        if member.group is not None and member.worker is not None:
+            by_group.setdefault(member.group, []).append(member)
+    replicas: list[_Replica] = []
+    behind: list[dict[str, Any]] = []
+    for index in sorted(by_group):
+        members = sorted(by_group[index], key=lambda m: m.worker or 0)
+        present = {m.worker for m in members}
+        missing = [worker for worker in range(size) if worker not in present]
+        lagging = [m for m in members if not m.ready]
+        phase, why = _group_phase(members, missing, size)
+        leader = next((m for m in members if m.worker == 0), None)
+        head = leader or members[0]
+        ready = not missing and not lagging
+        replicas.append(_Replica(
+            name=head.name, phase=phase, why=why, ready=ready, updated=all(m.updated for m in members),
+            state=leader.state if leader is not None else None, image=head.image, created=head.created,
+            npus=sum(m.npus for m in members), group=index, worker=0,
+        ))
+        if not ready:
+            nodes = [{"pod": m.name, "workerIndex": m.worker, "phase": m.phase.value, "reason": m.why}
+                     for m in lagging]
+            nodes += [{"workerIndex": worker, "phase": "Missing", "reason": "the pod does not exist yet"}
+                      for worker in missing]
+            behind.append({"group": index, "readyNodes": len(members) - len(lagging), "nodes": size,
+                           "behind": sorted(nodes, key=lambda node: node["workerIndex"])})
+    return replicas, behind
+
+
+def _replicas(observation: Observation) -> list[_Replica]:
+    """The replicas: one per pod, or one per LeaderWorkerSet group."""
+
+    pods = _pods(observation)
+    if observation.nodes_per_replica > 1:
+        return _groups(pods, observation.nodes_per_replica)[0]
+    return pods
 
 
 # ------------------------------------------------------------------------------- aggregation
@@ -356,6 +501,56 @@ def _leak_condition(replicas: list[_Replica]) -> tuple[bool | str, str, str]:
     return False, "Healthy", "no replica reports a leak or a hang"
 
 
+def _named(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMED_PODS])
+    return shown + (f" and {len(names) - NAMED_PODS} more" if len(names) > NAMED_PODS else "")
+
+
+def _npu_wait_condition(pods: list[_Replica], resource_name: str | None) -> tuple[bool, str, str]:
+    """WaitingForNPU: which pods the scheduler cannot place for lack of the NPU resource, how
+    many NPUs each asks for, and the scheduler's own words (from the first of them)."""
+
+    waiting = [p for p in pods if p.phase == Phase.WAITING_FOR_NPU]
+    resource = resource_name or "the NPU resource"
+    if not waiting:
+        return False, "NPUsAllocated", f"no pod waits for {resource}"
+    by_ask: dict[int, list[str]] = {}
+    for replica in waiting:
+        by_ask.setdefault(replica.npus, []).append(replica.name)
+    asks = "; ".join(
+        f"{_named(names)} {'asks' if len(names) == 1 else 'ask'} for {npus} {resource}{'' if len(names) == 1 else ' each'}"
+        for npus, names in sorted(by_ask.items())
+    )
+    total = sum(p.npus for p in waiting)
+    return True, "InsufficientNPU", (
+        f"{len(waiting)} pod(s) cannot be scheduled: not enough free {resource} ({total} asked for in all); "
+        f"{asks}. Scheduler: {waiting[0].why}"
+    )
+
+
+def _hpa_status(hpa: Mapping[str, Any] | None) -> dict[str, Any]:
+    found = (hpa or {}).get("status") or {}
+    return {key: found[key] for key in ("desiredReplicas", "currentReplicas", "lastScaleTime") if key in found}
+
+
+def _autoscaling(spec: AscendLLMDeploymentSpec,
+                 auto: AutoscalingObservation) -> tuple[dict[str, Any], tuple[bool, str, str]]:
+    """``status.autoscaling`` and the Autoscaling condition of a resource that autoscales."""
+
+    status: dict[str, Any] = {}
+    if auto.provider and auto.name:
+        status.update(provider=auto.provider, name=auto.name)
+    status.update(minReplicas=auto.min_replicas, maxReplicas=auto.max_replicas, specReplicas=spec.replicas)
+    status.update(_hpa_status(auto.hpa))
+    if auto.problem:
+        return status, (False, auto.reason, auto.message)
+    return status, (True, auto.reason, (
+        f"{auto.provider} {auto.name} owns spec.replicas (between {auto.min_replicas} and {auto.max_replicas}) "
+        "and sets it back after a manual kubectl scale; change spec.autoscaling.minReplicas/maxReplicas, "
+        "or set spec.autoscaling.enabled false to set the replicas by hand"
+    ))
+
+
 def compute_status(
     spec: AscendLLMDeploymentSpec,
     observation: Observation,
@@ -365,7 +560,12 @@ def compute_status(
     """The full status of a resource with a valid spec (camelCase, as stored)."""
 
     previous = previous or {}
-    replicas = _replicas(observation)
+    pods = _pods(observation)
+    behind: list[dict[str, Any]] = []
+    if observation.nodes_per_replica > 1:
+        replicas, behind = _groups(pods, observation.nodes_per_replica)
+    else:
+        replicas = pods
     wanted = spec.replicas
     ready = sum(1 for r in replicas if r.ready)
     updated = sum(1 for r in replicas if r.updated)
@@ -382,7 +582,10 @@ def compute_status(
     put(READY, all_ready if wanted > 0 else False, "AllReplicasReady" if all_ready else phase.value, why)
     rollout_done = updated >= wanted and ready >= wanted and len(replicas) <= wanted
     if observation.conflicts:
-        put(PROGRESSING, False, "ChildConflict", "; ".join(observation.conflicts))
+        put(PROGRESSING, False, CHILD_CONFLICT, "; ".join(observation.conflicts))
+    elif observation.lws_missing:
+        put(PROGRESSING, False, LWS_NOT_INSTALLED,
+            observation.lws_missing + "; the children are left as they were until then")
     elif phase == Phase.FAILED:
         put(PROGRESSING, False, "ReplicasFailed", why)
     elif rollout_done:
@@ -393,6 +596,16 @@ def compute_status(
         put(DEGRADED, True, "ReplicasUnavailable" if phase == Phase.DEGRADED else "ReplicasFailed", why)
     else:
         put(DEGRADED, False, "AsExpected", why)
+    npu_wait = _npu_wait_condition(pods, observation.resource_name)
+    if npu_wait[0] or get_condition(previous, WAITING_FOR_NPU):
+        put(WAITING_FOR_NPU, *npu_wait)
+    autoscaling: dict[str, Any] | None = None
+    if observation.autoscaling is not None:
+        autoscaling, autoscaling_condition = _autoscaling(spec, observation.autoscaling)
+        put(AUTOSCALING, *autoscaling_condition)
+    elif get_condition(previous, AUTOSCALING):
+        put(AUTOSCALING, False, AUTOSCALING_DISABLED,
+            "autoscaling is off; spec.replicas (kubectl scale) sets the replicas")
     put(GRAPH_MODE_FALLBACK, *_fallback_condition(replicas))
     put(LEAK_SUSPECTED, *_leak_condition(replicas))
     put(INVALID_SPEC, False, "Valid", "the spec is valid")
@@ -403,6 +616,7 @@ def compute_status(
         "replicas": len(replicas),
         "readyReplicas": ready,
         "updatedReplicas": updated,
+        "ready": f"{ready}/{wanted}",  # the Ready printer column
         "selector": observation.selector,
         "model": display_model(spec, observation.name),
         "chip": display_chip(spec),
@@ -410,6 +624,12 @@ def compute_status(
         "warmup": _warmup(replicas),
         "conditions": _ordered(conditions),
     }
+    if observation.nodes_per_replica > 1:
+        status["groups"] = len(replicas)
+        status["readyGroups"] = ready
+        status["groupsBehind"] = behind
+    if autoscaling is not None:
+        status["autoscaling"] = autoscaling
     if observation.endpoint:
         status["endpoint"] = observation.endpoint
     return status
@@ -442,10 +662,21 @@ def transition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
 
     Only transitions produce events, so a resync that changes nothing posts none: a warning
     condition turning True (or its message changing while True, e.g. another pod fell back),
-    Progressing turning to ChildConflict, and Ready turning True (Normal).
+    WaitingForNPU turning True, Progressing turning to ChildConflict or LeaderWorkerSetNotInstalled,
+    Ready turning True (Normal), and the autoscaling ones (:func:`autoscaling_events`).
     """
 
+    events = _condition_events(previous, new)
+    events += autoscaling_events(previous, new)
+    return events
+
+
+def _condition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     events: list[tuple[str, str, str]] = []
+    npu_before = (get_condition(previous, WAITING_FOR_NPU) or {}).get("status")
+    npu_after = get_condition(new, WAITING_FOR_NPU) or {}
+    if npu_after.get("status") == "True" and npu_before != "True":
+        events.append(("Warning", WAITING_FOR_NPU, npu_after["message"]))
     for type_ in (*_WARN_WHEN_TRUE, PROGRESSING, READY):
         before = get_condition(previous, type_) or {}
         after = get_condition(new, type_)
@@ -457,10 +688,53 @@ def transition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
             continue
         if type_ in _WARN_WHEN_TRUE and after["status"] == "True":
             events.append(("Warning", after["reason"], after["message"]))
-        elif type_ == PROGRESSING and after["reason"] == "ChildConflict":
-            events.append(("Warning", "ChildConflict", after["message"]))
+        elif type_ == PROGRESSING and after["reason"] in (CHILD_CONFLICT, LWS_NOT_INSTALLED):
+            events.append(("Warning", after["reason"], after["message"]))
         elif type_ == READY and after["status"] == "True" and before.get("status") != "True":
             events.append(("Normal", "Ready", after["message"]))
+    return events
+
+
+def autoscaling_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """Events about the autoscaler, each on a transition only:
+
+    - the Autoscaling condition turning True, or changing reason while True (a provider switch):
+      Normal ``AutoscalerOwnsReplicas``; turning to a problem reason: a Warning of that reason;
+      turning to AutoscalingDisabled from True: Normal ``AutoscalingDisabled``;
+    - ``spec.replicas`` changed while the same autoscaler was in charge before and after: Normal
+      ``AutoscalerScaled`` when the autoscaler reports that count as its desired one, else
+      Warning ``ManualScaleOverridden`` (someone ran ``kubectl scale``; it will not stick).
+    """
+
+    events: list[tuple[str, str, str]] = []
+    before = get_condition(previous, AUTOSCALING) or {}
+    after = get_condition(new, AUTOSCALING)
+    if after is not None and (before.get("status"), before.get("reason")) != (after["status"], after["reason"]):
+        if after["status"] == "True":
+            events.append(("Normal", "AutoscalerOwnsReplicas", after["message"]))
+        elif after["reason"] != AUTOSCALING_DISABLED:
+            events.append(("Warning", after["reason"], after["message"]))
+        elif before.get("status") == "True":
+            events.append(("Normal", AUTOSCALING_DISABLED, after["message"]))
+
+    old = (previous or {}).get("autoscaling") or {}
+    now = new.get("autoscaling") or {}
+    same_autoscaler = old.get("name") and (old.get("provider"), old.get("name")) == (now.get("provider"), now.get("name"))
+    was, wanted = old.get("specReplicas"), now.get("specReplicas")
+    if same_autoscaler and was is not None and wanted is not None and was != wanted:
+        who = f"{now['provider']} {now['name']}"
+        desired = now.get("desiredReplicas")
+        if desired == wanted:
+            current = now.get("currentReplicas")
+            events.append(("Normal", "AutoscalerScaled", f"{who} scaled spec.replicas from {was} to {wanted}"
+                           + (f" ({current} running before)" if current is not None else "")))
+        else:
+            back = f"back to {desired}" if desired is not None else (
+                f"back between {now.get('minReplicas')} and {now.get('maxReplicas')} as the load asks")
+            events.append(("Warning", "ManualScaleOverridden", (
+                f"spec.replicas changed from {was} to {wanted}, but autoscaling is on: {who} owns the replica "
+                f"count and sets it {back}; to change the range set spec.autoscaling.minReplicas/maxReplicas, "
+                "or set spec.autoscaling.enabled false to scale by hand")))
     return events
 
 

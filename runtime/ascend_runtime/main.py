@@ -1,4 +1,9 @@
-"""Entry points of `ascend-llm run` and `ascend-llm flags`."""
+"""Entry points of `ascend-llm run` and `ascend-llm flags`.
+
+Both read the pod's environment for a multi-node replica (LeaderWorkerSet's ``LWS_*`` variables,
+``POD_IP``): `run` checks that this pod can join its group before it starts anything (exit 2
+with the reason otherwise), and `flags` prints this pod's role and commands.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
 from ascend_runtime.config import DEFAULT_CONFIG_PATH, ConfigError, EngineConfig, GraphMode, load_config
-from ascend_runtime.flags import graph_ladder, render_engine_command
+from ascend_runtime.distributed import plan_distributed, resolve_distributed
+from ascend_runtime.flags import graph_ladder
 from ascend_runtime.preflight import make_preflight
 from ascend_runtime.server import build_app, start_server
 from ascend_runtime.state import StateStore
@@ -67,6 +74,23 @@ class MonitorHooks(HealthHooks):
         return verdict.healthy, list(verdict.reasons), dict(verdict.details)
 
 
+def check_distributed(config: EngineConfig, versions: Versions, env: Mapping[str, str]) -> str | None:
+    """Why this pod cannot run its part of the group (None when it can, or for a single node).
+
+    Plans the first rung once, so a bad LeaderWorkerSet variable, a missing leader address, an
+    engine too old for the backend or an underivable worker command fail at start-up, not at
+    the first launch.
+    """
+
+    try:
+        distributed = resolve_distributed(config.distributed, env)
+        if distributed.nodes > 1:
+            plan_distributed(config, versions, graph_ladder(config, versions)[0], env)
+    except ValueError as error:  # ConfigError included
+        return str(error)
+    return None
+
+
 async def _serve(config: EngineConfig, versions: Versions) -> int:
     store = StateStore()
     store.state.versions = {
@@ -97,6 +121,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     versions = detect_versions()
     log.info("platform and versions: %s", describe(versions))
+    problem = check_distributed(config, versions, os.environ)
+    if problem is not None:
+        print(f"ascend-llm run: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     code = asyncio.run(_serve(config, versions))
     log.info("exiting with code %d", code)
     return code
@@ -124,9 +152,17 @@ def print_flags(args: argparse.Namespace) -> int:
         print(f"ascend-llm flags: --mode {args.mode!r} is not one of "
               f"{', '.join(m.value for m in GraphMode)}", file=sys.stderr)
         return 2
-    command = render_engine_command(config, versions, mode)
-    print(json.dumps({
-        "versions": describe(versions), "ladder": [m.value for m in ladder], "mode": mode.value,
-        "argv": command.argv, "env": command.env, "warnings": command.warnings,
-    }, indent=2))
+    try:
+        plan = plan_distributed(config, versions, mode, os.environ)
+    except ValueError as error:  # ConfigError included
+        print(f"ascend-llm flags: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    out = {
+        "versions": describe(versions), "ladder": [m.value for m in ladder],
+        "mode": mode.value,
+        "argv": plan.engine_argv, "env": plan.env, "warnings": plan.warnings,
+    }
+    if plan.distributed.nodes > 1:
+        out["distributed"] = plan.to_json()
+    print(json.dumps(out, indent=2))
     return 0

@@ -17,6 +17,28 @@ SIGTERM                             readiness fails, in-flight requests drain, e
 The capture-failure path does not wait for the engine to exit (vLLM can take a while to
 tear down its workers): the log classifier's event triggers the relaunch as soon as the
 failure line is printed.
+
+Multi-node replicas (``distributed.nodes`` > 1, one LeaderWorkerSet group; the commands come
+from :func:`ascend_runtime.distributed.plan_distributed`):
+
+* The leader runs the loop above. Before its first engine it runs the plan's pre-commands
+  (Ray: ``ray start --head``; once, the Ray head outlives engine relaunches), and before every
+  engine, when the plan says so, polls ``workers_ready_command`` until every node has joined
+  (phase Loading, "waiting for N workers", bounded by ``runtime.readyTimeoutS``). Its graph mode
+  is published on ``/state`` from the start of each launch, its ``enginePid`` while that engine
+  runs (None in between).
+* A worker (:meth:`Supervisor._run_worker`) runs no ladder of its own. It waits for the
+  leader's mode, launches its process for that mode (mp: the headless engine; Ray: ``ray start
+  --block``), and polls the leader's ``/state`` every :data:`LEADER_POLL_S` seconds. It relaunches,
+  uncounted, when the leader fell back or relaunched its engine (a new DP handshake,
+  :func:`~ascend_runtime.distributed.worker_should_relaunch`); a crash of its own process is
+  relaunched with backoff and counted as on the leader; a failed leader ends the worker too (the
+  group restarts). It is ready while :func:`~ascend_runtime.distributed.group_member_ready`
+  holds. Workers run no warmup: the warmup requests reach the leader's API server, which
+  spreads them over every DP rank or Ray worker of the group, so the leader's warmup drives the
+  whole group. On SIGTERM a worker keeps its process up while the leader drains (its ranks
+  serve the leader's in-flight requests), for at most ``engine.shutdownTimeoutS``, then stops it
+  and exits 0.
 """
 
 from __future__ import annotations
@@ -24,16 +46,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
+import tempfile
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import TypeVar
 
 import aiohttp
 
-from ascend_runtime.config import EngineConfig, GraphMode, RuntimePhase, WarmupReport
+from ascend_runtime.config import EngineConfig, GraphMode, RuntimePhase, RuntimeState, WarmupReport
+from ascend_runtime.distributed import (
+    LeaderFailedError,
+    LeaderWaitError,
+    LeaderWaitTimeout,
+    fetch_leader_state,
+    group_member_ready,
+    leader_mode_for_worker,
+    leader_state_url,
+    plan_distributed,
+    resolve_distributed,
+    wait_for_leader_mode,
+    worker_should_relaunch,
+)
 from ascend_runtime.engine import EngineExit, EngineProcess
-from ascend_runtime.flags import graph_ladder, render_engine_command
+from ascend_runtime.flags import graph_ladder
 from ascend_runtime.logclass import Event, EventKind, Outcome
 from ascend_runtime.state import StateStore
 from ascend_runtime.versions import Versions
@@ -56,15 +95,49 @@ METRICS_POLL_S = 5.0
 FAILED_ENGINE_STOP_S = 10.0
 #: Seconds between preflight retries while devices are busy or missing.
 PREFLIGHT_RETRY_S = 10.0
+#: Workers: seconds between polls of the leader's /state.
+LEADER_POLL_S = 2.0
+#: Workers draining: seconds between checks whether the leader still drains.
+DRAIN_POLL_S = 0.5
+#: Seconds a pre-command (``ray start --head``) may run before it counts as failed.
+PRE_COMMAND_TIMEOUT_S = 300.0
+#: Seconds one run of the workers-ready command may take.
+READY_CHECK_TIMEOUT_S = 60.0
+#: Seconds between runs of the workers-ready command.
+WORKERS_POLL_S = 3.0
+#: Output lines of a failed command quoted in the launch's reason.
+COMMAND_TAIL_LINES = 15
+
+T = TypeVar("T")
+
+
+def _workers(count: int) -> str:
+    return "1 worker" if count == 1 else f"{count} workers"
+
+
+@dataclass
+class CommandRun:
+    """How a pre-command or readiness check ended: ``returncode`` None = timed out or not started."""
+
+    returncode: int | None
+    output: str
+    stopped: bool = False
+
+    def tail(self) -> str:
+        lines = self.output.strip().splitlines()[-COMMAND_TAIL_LINES:]
+        return " | ".join(line.strip() for line in lines if line.strip()) or "no output"
 
 
 @dataclass
 class LaunchResult:
-    kind: str  # "stopped" | "fallback" | "crash"
+    # "stopped" | "fallback" | "crash"; workers also "follow" (the leader changed, relaunch
+    # uncounted) and "leader_failed"
+    kind: str
     reason: str
     outcome: Outcome | None = None
     served: bool = False  # reached Ready before it ended
     restart_reason: str = "crash"  # the metric label when the log shows no failure signature
+    leader: RuntimeState | None = None  # "follow": the leader state to launch for next
 
 
 class HealthHooks:
@@ -91,10 +164,23 @@ class Supervisor:
         health: HealthHooks | None = None,
         preflight: PreflightCheck | None = None,
         echo_engine: bool = True,
+        env: Mapping[str, str] | None = None,
+        leader_poll_s: float = LEADER_POLL_S,
     ) -> None:
+        """``env`` is the pod's environment (LeaderWorkerSet's variables, ``POD_IP``); default
+        ``os.environ``. Raises :class:`~ascend_runtime.config.ConfigError` when this pod cannot
+        join its group (:func:`~ascend_runtime.distributed.resolve_distributed`)."""
+
         self.config = config
         self.versions = versions
         self.store = store
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.distributed = resolve_distributed(config.distributed, self.env)
+        self.multi_node = self.distributed.nodes > 1
+        self.leader_poll_s = leader_poll_s
+        self._pre_commands_done = False
+        if self.multi_node:
+            store.state.role = self.distributed.role
         self.health = health or HealthHooks()
         self.preflight = preflight
         self.echo_engine = echo_engine
@@ -144,6 +230,8 @@ class Supervisor:
             code = await self._run_preflight()
             if code is not None:
                 return code
+        if self.multi_node and self.distributed.role == "worker":
+            return await self._run_worker()
         ladder = graph_ladder(self.config, self.versions)
         rung = 0
         restarts = 0
@@ -226,16 +314,31 @@ class Supervisor:
         self._fallback.set()
 
     async def _launch(self, mode: GraphMode, rung: int, ladder: list[GraphMode]) -> LaunchResult:
-        command = render_engine_command(self.config, self.versions, mode)
-        for warning in command.warnings:
+        plan = plan_distributed(self.config, self.versions, mode, self.env)
+        for warning in plan.warnings:
             log.warning("engine flags: %s", warning)
-        self._shutdown_flag_supported = "--shutdown-timeout" in command.argv
+        assert plan.engine_argv is not None  # only Ray workers run no engine
+        self._shutdown_flag_supported = "--shutdown-timeout" in plan.engine_argv
+        if plan.pre_commands and not self._pre_commands_done:
+            # Before the mode is published: workers start only once the leader's side is up.
+            failed = await self._run_pre_commands(plan.pre_commands, plan.env)
+            if failed is not None:
+                return failed
+            self._pre_commands_done = True
+        self.store.state.engine_pid = None  # workers: a launch in progress has no engine yet
         self.store.set_mode(mode, rung, ladder)
-        self.store.set_phase(RuntimePhase.LOADING, f"launching the engine in {mode.value} mode")
+        if plan.wait_for_workers and plan.workers_ready_command is not None:
+            waited = await self._wait_for_workers(plan.workers_ready_command, plan.env)
+            if waited is not None:
+                return waited
+        message = f"launching the engine in {mode.value} mode"
+        if self.multi_node:
+            message += f"; it serves once {_workers(self.distributed.nodes - 1)} joined"
+        self.store.set_phase(RuntimePhase.LOADING, message)
         self._fallback = asyncio.Event()
         self._fallback_reason = None
         self._serving = False
-        engine = EngineProcess(command.argv, command.env, self._on_event, echo=self.echo_engine)
+        engine = EngineProcess(plan.engine_argv, plan.env, self._on_event, echo=self.echo_engine)
         self.engine = engine
         launched = time.monotonic()
         await engine.start()
@@ -255,6 +358,104 @@ class Supervisor:
                 exit_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await exit_task
+            if self.store.state.engine_pid == engine.pid:
+                self.store.state.engine_pid = None
+
+    # -- commands around the engine (multi-node) --------------------------------------------
+    async def _until_stopped(self, awaitable: Awaitable[T]) -> tuple[bool, T | None]:
+        """Run ``awaitable`` unless a stop comes first: ``(stopped, result)``."""
+
+        task = asyncio.ensure_future(awaitable)
+        stop_wait = asyncio.create_task(self.stop_requested.wait())
+        try:
+            await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if task.cancelled():
+            return True, None
+        return False, task.result()
+
+    async def _run_command(self, argv: list[str], env: Mapping[str, str], timeout: float) -> CommandRun:
+        """Run ``argv`` to completion in its own process group; killed on timeout or stop.
+
+        The output goes to a file, not a pipe: ``ray start --head`` leaves daemons behind that
+        would hold a pipe open long after the command itself exited.
+        """
+
+        full_env = dict(os.environ)
+        full_env.update(env)
+        with tempfile.TemporaryFile() as output:
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, env=full_env, stdin=asyncio.subprocess.DEVNULL, stdout=output,
+                    stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+                )
+            except OSError as error:
+                return CommandRun(None, f"cannot start {argv[0]}: {error.strerror or error}")
+            stopped, _ = await self._until_stopped(self._wait_process(process, timeout))
+            if process.returncode is None:  # timed out or stopped
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+                returncode = None
+            else:
+                returncode = process.returncode
+            output.seek(0)
+            text = output.read().decode("utf-8", errors="replace")
+        if self.echo_engine and text:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+            sys.stdout.flush()
+        return CommandRun(returncode, text, stopped)
+
+    @staticmethod
+    async def _wait_process(process: asyncio.subprocess.Process, timeout: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(process.wait(), timeout)
+
+    async def _run_pre_commands(self, commands: list[list[str]], env: Mapping[str, str]) -> LaunchResult | None:
+        """Each command in order; the first failure is a failed launch naming it, with its output."""
+
+        for argv in commands:
+            shown = " ".join(argv)
+            self.store.set_phase(RuntimePhase.LOADING, f"running {shown}")
+            log.info("running pre-command: %s", shown)
+            run = await self._run_command(argv, env, PRE_COMMAND_TIMEOUT_S)
+            if run.stopped:
+                return LaunchResult("stopped", f"stop requested while running {shown}")
+            if run.returncode != 0:
+                ended = (f"exited with code {run.returncode}" if run.returncode is not None
+                         else f"did not finish within {PRE_COMMAND_TIMEOUT_S:.0f} s")
+                return LaunchResult("crash", f"pre-command `{shown}` {ended}: {run.tail()}",
+                                    restart_reason="pre_command_failed")
+        return None
+
+    async def _wait_for_workers(self, check: list[str], env: Mapping[str, str]) -> LaunchResult | None:
+        """Run ``check`` until it exits 0, for at most ``runtime.readyTimeoutS``."""
+
+        workers = self.distributed.nodes - 1
+        budget = self.config.runtime.ready_timeout_s
+        deadline = time.monotonic() + budget
+        self.store.set_phase(RuntimePhase.LOADING, f"waiting for {_workers(workers)}")
+        last = "not checked yet"
+        while True:
+            run = await self._run_command(check, env, READY_CHECK_TIMEOUT_S)
+            if run.stopped:
+                return LaunchResult("stopped", "stop requested while waiting for the workers")
+            if run.returncode == 0:
+                log.info("all %d workers joined: %s", workers, run.tail())
+                return None
+            last = run.tail()
+            self.store.set_phase(RuntimePhase.LOADING, f"waiting for {_workers(workers)}: {last}")
+            if time.monotonic() >= deadline:
+                return LaunchResult("crash", f"{_workers(workers)} did not join within runtime.readyTimeoutS "
+                                             f"({budget} s); last check: {last}", restart_reason="workers_timeout")
+            stopped, _ = await self._until_stopped(asyncio.sleep(WORKERS_POLL_S))
+            if stopped:
+                return LaunchResult("stopped", "stop requested while waiting for the workers")
 
     def _exit_result(self, exited: EngineExit, served: bool) -> LaunchResult:
         outcome = exited.outcome.outcome
@@ -416,3 +617,203 @@ class Supervisor:
                 with contextlib.suppress(ValueError):
                     total += float(line.rsplit(" ", 1)[1])
         return total
+
+    # -- a worker of a multi-node group -------------------------------------------------------
+    async def _run_worker(self) -> int:
+        """A worker's life: follow the leader's mode, relaunch with it, exit with the group."""
+
+        url = leader_state_url(self.config, self.distributed)
+        assert url is not None  # resolve_distributed requires the leader's address on a worker
+        self.store.state.leader = url
+        ladder = graph_ladder(self.config, self.versions)
+        restart = self.config.runtime.restart
+        restarts = 0
+        served_before = False
+        async with aiohttp.ClientSession() as session:
+            while True:
+                if self.stop_requested.is_set():
+                    return EXIT_STOPPED
+                self.store.set_phase(RuntimePhase.LOADING, f"waiting for the leader's graph mode at {url}")
+                try:
+                    stopped, leader = await self._until_stopped(wait_for_leader_mode(
+                        url, self.config.runtime.ready_timeout_s, session, interval_s=self.leader_poll_s))
+                except LeaderFailedError as error:
+                    return self._worker_failed(str(error), served_before)
+                except LeaderWaitTimeout as error:
+                    return self._worker_failed(str(error), served_before)
+                if stopped or leader is None:
+                    return EXIT_STOPPED
+                # A relaunch for the leader's sake is not a failure of this pod: follow at once.
+                result = await self._worker_launch(session, url, leader, ladder)
+                while result.kind == "follow" and result.leader is not None:
+                    log.info("relaunching for the leader: %s", result.reason)
+                    result = await self._worker_launch(session, url, result.leader, ladder)
+                served_before = served_before or result.served
+                if result.kind == "stopped":
+                    return EXIT_STOPPED
+                if result.kind == "leader_failed":
+                    return self._worker_failed(result.reason, served_before)
+                if result.kind == "follow":
+                    continue  # the leader changed but has no mode now: wait for it again
+                restarts += 1
+                if restarts > restart.max_restarts:
+                    return self._worker_failed(f"worker process failed {restarts} times; last: {result.reason}",
+                                               served_before, leader_failed=False)
+                failed = result.outcome is not None and result.outcome.is_failure
+                self.store.record_restart(result.outcome.value if failed else result.restart_reason)
+                delay = min(restart.backoff_initial_s * (2 ** (restarts - 1)), restart.backoff_max_s)
+                self.store.set_phase(RuntimePhase.LOADING, f"restarting in {delay:.0f} s after: {result.reason}")
+                log.warning("worker process ended (%s); restart %d in %.1f s", result.reason, restarts, delay)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.stop_requested.wait(), timeout=delay)
+
+    def _worker_failed(self, reason: str, served_before: bool, *, leader_failed: bool = True) -> int:
+        """Phase Failed and the exit code: the group restarts (LeaderWorkerSet recreates it)."""
+
+        self.store.set_phase(RuntimePhase.FAILED, reason)
+        self.store.set_live(False, [reason])
+        log.error("%s%s", reason, "; exiting so that the group restarts" if leader_failed else "")
+        return EXIT_CRASHED if served_before else EXIT_START_FAILED
+
+    def _on_worker_event(self, event: Event) -> None:
+        # The leader owns the ladder: a failure on a worker shows in the leader's engine too
+        # (the ranks share collectives), and the leader's fallback reaches this worker.
+        if event.kind in (EventKind.CAPTURE_FAILURE, EventKind.REPLAY_FAILURE, EventKind.DEVICE_OOM):
+            log.warning("worker engine reported %s (the leader decides the fallback): %s",
+                        event.kind.value, event.text.strip()[:200])
+
+    async def _worker_launch(self, session: aiohttp.ClientSession, url: str, leader: RuntimeState,
+                             ladder: list[GraphMode]) -> LaunchResult:
+        """One launch of this worker's process for ``leader`` (a state with a mode to follow)."""
+
+        target = leader_mode_for_worker(leader)
+        assert target is not None  # wait_for_leader_mode and worker_should_relaunch ensure it
+        plan = plan_distributed(self.config, self.versions, target, self.env)
+        for warning in plan.warnings:
+            log.warning("engine flags: %s", warning)
+        if plan.engine_argv is not None:
+            leading, argv, what = plan.pre_commands, plan.engine_argv, "headless engine"
+        else:  # Ray: the last pre-command (ray start --block) is the long-running process
+            leading, argv, what = plan.pre_commands[:-1], plan.pre_commands[-1], "Ray worker"
+        if leading:
+            failed = await self._run_pre_commands(leading, plan.env)
+            if failed is not None:
+                return failed
+        following = plan.follow_leader_mode
+        if following:
+            assert plan.mode is not None
+            if plan.mode is not target:
+                log.warning("the leader runs %s, which this worker renders as %s", target.value, plan.mode.value)
+            self.store.set_mode(plan.mode, ladder.index(plan.mode) if plan.mode in ladder else 0, ladder)
+            self.store.state.leader_mode = target
+        launched_for = leader.engine_pid
+        self.store.state.engine_pid = None
+        mode_text = f" in {target.value} mode" if following else ""
+        self.store.set_phase(RuntimePhase.LOADING, f"launching the {what}{mode_text} for the leader at {url}")
+        engine = EngineProcess(argv, plan.env, self._on_worker_event, echo=self.echo_engine)
+        self.engine = engine
+        await engine.start()
+        assert engine.pid is not None
+        self.store.state.engine_pid = engine.pid
+        self.health.start(engine.pid)
+        exit_task = asyncio.create_task(engine.wait(), name="worker-exit")
+        stop_wait = asyncio.create_task(self.stop_requested.wait())
+        monitor: asyncio.Task[None] | None = None
+        served = False
+        try:
+            while True:
+                done, _ = await asyncio.wait({exit_task, stop_wait}, timeout=self.leader_poll_s,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if stop_wait in done:
+                    await self._worker_drain(session, url, launched_for)
+                    return LaunchResult("stopped", "stopped", served=served)
+                if exit_task in done:
+                    return await self._worker_exit_result(
+                        exit_task.result(), session, url, target if following else None, launched_for, served)
+                try:
+                    state = await fetch_leader_state(url, session)
+                except LeaderWaitError as error:
+                    self._worker_phase(RuntimePhase.LOADING, f"leader unreachable: {error}")
+                    continue
+                if state.phase is RuntimePhase.FAILED:
+                    return LaunchResult("leader_failed", f"leader at {url} failed: {state.message or 'no message'}",
+                                        served=served)
+                if launched_for is None and state.engine_pid is not None and (
+                        not following or leader_mode_for_worker(state) is target):
+                    launched_for = state.engine_pid  # launched while the leader's engine was starting
+                if following and worker_should_relaunch(target, state, launched_for_pid=launched_for):
+                    now = leader_mode_for_worker(state)
+                    assert now is not None
+                    why = (f"the leader moved from {target.value} to {now.value}" if now is not target
+                           else f"the leader relaunched its engine (pid {launched_for} -> {state.engine_pid})")
+                    return LaunchResult("follow", why, served=served, leader=state)
+                ready = (group_member_ready(state, target, engine.running()) if following
+                         else engine.running() and state.ready)
+                if ready:
+                    if not served:
+                        served = True
+                        self.health.mark_baseline()
+                        monitor = asyncio.create_task(self._monitor(), name="health-monitor")
+                    mode_part = f"{target.value} mode, " if following else ""
+                    self._worker_phase(RuntimePhase.READY, f"serving ({mode_part}leader at {url} ready)")
+                else:
+                    detail = f"leader phase {state.phase.value}" + (f": {state.message}" if state.message else "")
+                    self._worker_phase(RuntimePhase.LOADING, f"{what} up; waiting for the group ({detail})")
+        finally:
+            stop_wait.cancel()
+            if monitor is not None:
+                monitor.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await monitor
+            await engine.stop(FAILED_ENGINE_STOP_S)
+            if not exit_task.done():
+                exit_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await exit_task
+            self.store.state.engine_pid = None
+
+    def _worker_phase(self, phase: RuntimePhase, message: str) -> None:
+        if not self.stop_requested.is_set():  # draining stays draining
+            self.store.set_phase(phase, message)
+
+    async def _worker_exit_result(self, exited: EngineExit, session: aiohttp.ClientSession, url: str,
+                                  target: GraphMode | None, launched_for: int | None, served: bool) -> LaunchResult:
+        """A crash of this worker, or an exit caused by the leader's engine going away."""
+
+        outcome = exited.outcome.outcome
+        reason = f"worker process exited with code {exited.returncode} ({outcome.value})"
+        if target is None:  # Ray workers: their process belongs to no particular leader engine
+            return LaunchResult("crash", reason, outcome, served)
+        try:
+            state = await fetch_leader_state(url, session)
+        except LeaderWaitError:
+            return LaunchResult("crash", reason, outcome, served)
+        if state.phase is RuntimePhase.FAILED:
+            return LaunchResult("leader_failed", f"leader at {url} failed: {state.message or 'no message'}",
+                                served=served)
+        moved_on = leader_mode_for_worker(state) is not target or state.engine_pid != launched_for
+        if launched_for is not None and moved_on:
+            # The DP ranks die with the leader's engine; relaunch for its next one, uncounted.
+            follow_state = state if leader_mode_for_worker(state) is not None else None
+            return LaunchResult("follow", f"{reason} after the leader's engine ended", served=served,
+                                leader=follow_state)
+        return LaunchResult("crash", reason, outcome, served)
+
+    async def _worker_drain(self, session: aiohttp.ClientSession, url: str, launched_for: int | None) -> None:
+        """Keep this worker's ranks up while the leader drains requests they serve, then stop."""
+
+        budget = float(self.config.engine.shutdown_timeout_s)
+        started = time.monotonic()
+        while time.monotonic() - started < budget:
+            try:
+                state = await fetch_leader_state(url, session, timeout_s=2.0)
+            except LeaderWaitError:
+                break  # the leader is gone
+            if state.phase is not RuntimePhase.DRAINING or state.engine_pid is None:
+                break  # not stopping (only this pod is), or its engine has already stopped
+            if launched_for is not None and state.engine_pid != launched_for:
+                break
+            await asyncio.sleep(DRAIN_POLL_S)
+        if self.engine is not None:
+            await self.engine.stop(FAILED_ENGINE_STOP_S)
+        log.info("worker stopped after %.1f s", time.monotonic() - started)

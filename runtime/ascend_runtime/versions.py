@@ -21,6 +21,8 @@ CANN install-info locations (each holds ``version=...`` lines), tried in this or
 
 from __future__ import annotations
 
+import dataclasses
+
 import importlib
 import importlib.metadata
 import os
@@ -182,7 +184,7 @@ def detect_versions(
             platform = "ascend"
     if platform == "cpu" and (which("nvidia-smi") is not None or (root / "dev" / "nvidia0").exists()):
         platform = "cuda"
-    return Versions(
+    detected = Versions(
         platform=platform,
         vllm=vllm,
         vllm_ascend=vllm_ascend,
@@ -191,6 +193,39 @@ def detect_versions(
         cann=cann,
         chip_name=env.get(CHIP_NAME_ENV) or None,
     )
+    return apply_assumed_versions(detected, env.get(ASSUME_VERSIONS_ENV, ""))
+
+
+#: ``platform=ascend,vllm=0.23.0,vllm_ascend=0.23.0`` replaces what detection found: for images
+#: whose package metadata is missing or wrong, and for tests of other versions' ladders on a
+#: machine without an NPU. Logged at start-up like every detected version.
+ASSUME_VERSIONS_ENV = "ASCEND_LLM_ASSUME_VERSIONS"
+_ASSUMABLE = ("platform", "vllm", "vllm_ascend", "torch", "torch_npu", "cann", "chip_name")
+
+
+def apply_assumed_versions(versions: Versions, spec: str) -> Versions:
+    """``versions`` with the ``key=value`` pairs of ``spec`` (comma-separated) applied.
+
+    Raises ``ValueError`` naming the key or value that is not understood.
+    """
+
+    if not spec.strip():
+        return versions
+    updates: dict[str, str | None] = {}
+    for item in spec.split(","):
+        key, sep, value = item.strip().partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in _ASSUMABLE:
+            raise ValueError(
+                f"{ASSUME_VERSIONS_ENV}: {item.strip()!r} is not KEY=VALUE with KEY one of {', '.join(_ASSUMABLE)}"
+            )
+        value = value.strip()
+        if key == "platform" and value not in ("ascend", "cuda", "cpu"):
+            raise ValueError(f"{ASSUME_VERSIONS_ENV}: platform must be ascend, cuda or cpu, not {value!r}")
+        if key not in ("platform", "chip_name") and value and parse_version(value) is None:
+            raise ValueError(f"{ASSUME_VERSIONS_ENV}: {key}={value!r} is not a version")
+        updates[key] = value or None
+    return dataclasses.replace(versions, **updates)
 
 
 def describe(versions: Versions) -> str:

@@ -9,6 +9,7 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_CAPTURE_FAIL``: when the engine runs in graph mode (no ``--enforce-eager``),
   print the lines of this log file (a real vllm-ascend capture failure) and hang, as vLLM does
   while its workers tear down; the runtime must not wait for the exit.
+  ``FAKE_ENGINE_CAPTURE_FAIL_AFTER_S`` (default 0.3): seconds before the failure is printed.
 - ``FAKE_ENGINE_REPLAY_FAIL_AFTER``: in graph mode, after this many completions print a real
   replay-failure traceback (``FAKE_ENGINE_REPLAY_LOG``) and exit 1.
 - ``FAKE_ENGINE_CRASH_ONCE_AFTER_S``: exit 1 once, this long after start (a marker file in
@@ -25,6 +26,12 @@ misbehaves on request through environment variables:
 
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
+
+Multi-node workers: ``fake_engine.py serve MODEL ...`` is the form of vLLM's ``serve``
+subcommand (the model positional). With ``--headless`` (a data-parallel worker) it serves no
+HTTP at all, as vLLM's headless mode starts no API server: it logs its launch, honours
+``FAKE_ENGINE_CAPTURE_FAIL`` and ``FAKE_ENGINE_CRASH_ONCE_AFTER_S``, and runs until SIGTERM.
+The data-parallel flags (``--data-parallel-*``) are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -124,18 +131,64 @@ async def grow_rss(engine: FakeEngine, rate_mb_s: float) -> None:
         await asyncio.sleep(0.1)
 
 
+def schedule_crash_once(tasks: list[asyncio.Task]) -> None:
+    crash_after = env_float("FAKE_ENGINE_CRASH_ONCE_AFTER_S")
+    marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "crashed-once"
+    if crash_after is not None and not marker.exists():
+        async def crash() -> None:
+            await asyncio.sleep(crash_after)
+            marker.write_text("1")
+            print("ERROR fake engine: injected crash", flush=True)
+            os._exit(1)
+        tasks.append(asyncio.create_task(crash()))
+
+
+async def run_headless(args: argparse.Namespace) -> None:
+    """A headless data-parallel worker: no HTTP server, just a process until SIGTERM."""
+
+    graph = not args.enforce_eager
+    print(f"INFO fake engine: headless model={args.model} graph={graph} "
+          f"start_rank={args.data_parallel_start_rank} address={args.data_parallel_address}", flush=True)
+    if graph and os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
+        await asyncio.sleep(env_float("FAKE_ENGINE_CAPTURE_FAIL_AFTER_S") or 0.3)
+        print_log(os.environ["FAKE_ENGINE_CAPTURE_FAIL"])
+        await asyncio.sleep(3600)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    tasks: list[asyncio.Task] = []
+    schedule_crash_once(tasks)
+    print("INFO fake engine: headless engine running", flush=True)
+    await stop.wait()
+    print("INFO fake engine: headless engine shutting down", flush=True)
+
+
 async def main() -> None:
+    argv = sys.argv[1:]
+    serve_form = bool(argv) and argv[0] == "serve"
     parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
+    if serve_form:  # vLLM's `serve MODEL [flags]`
+        parser.add_argument("subcommand", choices=["serve"])
+        parser.add_argument("model")
+    else:
+        parser.add_argument("--model", required=True)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--shutdown-timeout", type=float, default=None)
-    args, _unknown = parser.parse_known_args()
+    parser.add_argument("--headless", action="store_true")
+    parser.add_argument("--data-parallel-start-rank", type=int, default=None)
+    parser.add_argument("--data-parallel-address", default=None)
+    args, _unknown = parser.parse_known_args(argv)
     if log := os.environ.get("FAKE_ENGINE_LAUNCH_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(sys.argv[1:]) + "\n")
+    if args.headless:
+        if not serve_form:  # vLLM reads --headless only in its serve subcommand
+            print("ERROR fake engine: --headless needs the `serve` subcommand form", flush=True)
+            sys.exit(2)
+        await run_headless(args)
+        return
 
     if os.environ.get("FAKE_ENGINE_SPAWN_CHILD"):
         import subprocess
@@ -147,7 +200,7 @@ async def main() -> None:
     engine = FakeEngine(args)
     print(f"INFO fake engine: model={args.model} graph={engine.graph}", flush=True)
     if engine.graph and os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(env_float("FAKE_ENGINE_CAPTURE_FAIL_AFTER_S") or 0.3)
         print_log(os.environ["FAKE_ENGINE_CAPTURE_FAIL"])
         await asyncio.sleep(3600)  # vLLM often lingers while its workers die
 
@@ -167,15 +220,7 @@ async def main() -> None:
     tasks = []
     if rate := env_float("FAKE_ENGINE_RSS_MB_PER_S"):
         tasks.append(asyncio.create_task(grow_rss(engine, rate)))
-    crash_after = env_float("FAKE_ENGINE_CRASH_ONCE_AFTER_S")
-    marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "crashed-once"
-    if crash_after is not None and not marker.exists():
-        async def crash() -> None:
-            await asyncio.sleep(crash_after)
-            marker.write_text("1")
-            print("ERROR fake engine: injected crash", flush=True)
-            os._exit(1)
-        tasks.append(asyncio.create_task(crash()))
+    schedule_crash_once(tasks)
     print("INFO:     Application startup complete.", flush=True)
     await stop.wait()
     engine.draining = True

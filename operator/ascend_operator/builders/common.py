@@ -21,6 +21,8 @@ HASH_LENGTH = 16
 #: Label LeaderWorkerSet puts on every pod it creates: "0" on a group's leader, 1.. on workers.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LEADER_WORKER_INDEX = "0"
+#: Label LeaderWorkerSet puts on every pod: the index of its group (one group = one replica).
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 
 
 def selector_labels(name: str) -> dict[str, str]:

@@ -1,0 +1,96 @@
+"""Warmup: the plan (pure) and its run against a small in-process HTTP server.
+
+The plan must cover every prompt length at every concurrency level, clipped to what the engine
+accepts, plus the chat template; a run must fail, with the reason, on the first request that
+fails, and time out by the configured budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from ascend_runtime.config import WarmupConfig
+from ascend_runtime.warmup import WarmupRequest, plan_warmup, run_warmup
+
+
+def test_plan_covers_lengths_times_levels_then_chat_per_level():
+    config = WarmupConfig(prompt_lengths=[16, 256], concurrency=[1, 4], max_tokens=8, chat=True)
+    waves = plan_warmup(config, max_model_len=4096, max_num_seqs=None)
+    assert waves == [
+        [WarmupRequest("completion", 16, 1)],
+        [WarmupRequest("completion", 256, 1)],
+        [WarmupRequest("chat", 16, 1)],
+        [WarmupRequest("completion", 16, 4)] * 4,
+        [WarmupRequest("completion", 256, 4)] * 4,
+        [WarmupRequest("chat", 16, 4)] * 4,
+    ]
+
+
+def test_plan_clips_to_the_model_length_and_max_sequences_and_drops_duplicates():
+    config = WarmupConfig(prompt_lengths=[64, 1024, 4096], concurrency=[2, 16, 64], max_tokens=8, chat=False)
+    waves = plan_warmup(config, max_model_len=512, max_num_seqs=8)
+    # 512 - 8 generated - 8 margin = 496: 1024 and 4096 both clip to it; 16 and 64 clip to 8.
+    assert [(w[0].prompt_tokens, w[0].concurrency, len(w)) for w in waves] == [
+        (64, 2, 2), (496, 2, 2), (64, 8, 8), (496, 8, 8),
+    ]
+
+
+async def serve(handler) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_post("/v1/completions", handler)
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def test_a_successful_run_reports_requests_and_steps():
+    seen = []
+
+    async def ok(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append(len(body["prompt"]) if "prompt" in body else "chat")
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    runner, url = await serve(ok)
+    try:
+        config = WarmupConfig(prompt_lengths=[4, 8], concurrency=[1, 2], max_tokens=2)
+        result = await run_warmup(url, "m", config, max_model_len=None, max_num_seqs=None)
+    finally:
+        await runner.cleanup()
+    assert result.ok and result.reason is None
+    assert result.requests == 9  # (2 lengths + chat) x (1 + 2)
+    assert sorted(x for x in seen if x != "chat") == [4, 4, 4, 8, 8, 8]
+    assert [step["concurrency"] for step in result.steps] == [1, 1, 1, 2, 2, 2]
+
+
+async def test_a_failing_request_fails_the_warmup_with_the_status_and_body():
+    async def broken(request: web.Request) -> web.Response:
+        return web.json_response({"error": "kernel compile failed"}, status=500)
+
+    runner, url = await serve(broken)
+    try:
+        result = await run_warmup(url, "m", WarmupConfig(prompt_lengths=[4], concurrency=[1]), None, None)
+    finally:
+        await runner.cleanup()
+    assert not result.ok
+    assert "HTTP 500" in result.reason and "kernel compile failed" in result.reason
+
+
+async def test_a_warmup_past_its_budget_fails_naming_the_setting():
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.sleep(2)
+        return web.json_response({"choices": []})
+
+    runner, url = await serve(slow)
+    try:
+        result = await run_warmup(url, "m", WarmupConfig(prompt_lengths=[4], concurrency=[1], timeout_s=1), None, None)
+    finally:
+        await runner.cleanup()
+    assert not result.ok
+    assert "warmup.timeoutSeconds" in result.reason
