@@ -29,10 +29,13 @@ between the two steps around the crossing: the queue length per replica at which
 reached, the data to choose ``spec.autoscaling.target`` from (docs/autoscaling.md).
 
 Every loop is bounded (steps, clients, arrivals, request timeout, sampling ends with its step,
-engine start deadline), and only loopback addresses are accepted.
+engine start deadline), and only loopback addresses are accepted. ``--from-json REPORT``
+re-reads a saved ``--json`` report (the table, and the target for another ``--latency-slo``)
+without sending load.
 
 The pure parts (``parse_schedule``, ``percentile``, ``parse_engine_gauges``, ``summarize_step``,
-``default_latency_slo``, ``suggest_target``, ``format_table``, ``start_config``) are importable
+``default_latency_slo``, ``suggest_target``, ``format_table``, ``steps_from_report``,
+``start_config``) are importable
 and tested by tests/unit/test_loadgen.py.
 """
 
@@ -317,7 +320,7 @@ def suggest_target(steps: Sequence[StepStats], slo_s: float, min_waiting_target:
         target = math.floor(waiting * 10) / 10
         return TargetSuggestion(
             slo_s, True, below.offered, above.offered, waiting, running, kv, "waitingRequestsPerReplica", target,
-            f"{where}; there a replica has {waiting:.1f} requests waiting and {_fmt(running)} running. "
+            f"{where}; there a replica has {waiting:.2f} requests waiting and {_fmt(running, 2)} running. "
             f"signal waitingRequestsPerReplica, target {target:g} (or lower, for headroom while a new "
             "replica starts)")
     if running is not None and running > 0:
@@ -351,6 +354,23 @@ def format_table(steps: Sequence[StepStats]) -> str:
             f"{_fmt(step.ttft_p50_s, 3)} | {_fmt(step.waiting_mean)} / {_fmt(step.waiting_p95)} | "
             f"{_fmt(step.running_mean)} / {_fmt(step.running_p95)} | {kv} |")
     return "\n".join(lines)
+
+
+def steps_from_report(report: Any, source: str = "report") -> list[StepStats]:
+    """The steps of a saved ``--json`` report, to re-read it with another ``--latency-slo``."""
+
+    rows = report.get("steps") if isinstance(report, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{source}: no 'steps' list; pass a report written by bench/loadgen.py --json")
+    names = [name for name in StepStats.__dataclass_fields__]
+    steps = []
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict) or set(row) != set(names):
+            missing = sorted(set(names) - set(row)) if isinstance(row, dict) else names
+            raise ValueError(f"{source}: steps[{index}] is not a loadgen step (missing {', '.join(missing) or '-'}; "
+                             "unexpected fields are refused too); rerun bench/loadgen.py --json")
+        steps.append(StepStats(**row))
+    return steps
 
 
 def validate_loopback_url(url: str, option: str = "--url") -> str:
@@ -650,6 +670,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--url", help="An engine already serving, e.g. http://127.0.0.1:8000 (loopback only).")
     target.add_argument("--start", action="store_true",
                         help="Build the tiny model and start the real runtime on the CPU engine.")
+    target.add_argument("--from-json", metavar="REPORT", default=None,
+                        help="Re-read a saved --json report (e.g. with another --latency-slo); sends no load.")
     parser.add_argument("--metrics-url", default=None,
                         help="Prometheus text to sample (default: URL/metrics; with --start the runtime's).")
     parser.add_argument("--model", default=None, help="Model name (default: the first of /v1/models).")
@@ -709,6 +731,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         metrics_url = validate_loopback_url(args.metrics_url, "--metrics-url") if args.metrics_url else None
     except ValueError as error:
         parser.error(str(error))
+    if args.from_json:
+        return _reread(parser, args)
     progress = not args.json
     runtime: StartedRuntime | None = None
     report: dict[str, Any] = {"command": " ".join(sys.argv if argv is None else ["bench/loadgen.py", *argv])}
@@ -734,21 +758,39 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["runtime_exit"] = {"code": code, "seconds": round(seconds, 1)}
             print(f"loadgen: SIGTERM -> runtime exited with code {code} in {seconds:.1f} s",
                   file=sys.stderr, flush=True)
+    report.update(model=model, mode=mode, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+                  step_seconds=args.step_seconds, steps=[asdict(step) for step in steps], errors=errors[:50])
+    return _print_report(report, steps, args)
+
+
+def _print_report(report: dict[str, Any], steps: list[StepStats], args: argparse.Namespace) -> int:
     slo = args.latency_slo or default_latency_slo(steps)
     suggestion = suggest_target(steps, slo) if slo else None
-    report.update(model=model, mode=mode, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
-                  step_seconds=args.step_seconds, steps=[asdict(step) for step in steps],
-                  suggestion=asdict(suggestion) if suggestion else None, errors=errors[:50])
+    report["suggestion"] = asdict(suggestion) if suggestion else None
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(format_table(steps))
         print()
         print(f"how to choose the target: {suggestion.note if suggestion else 'no request completed'}")
-        for error in errors[:10]:
+        for error in report.get("errors", [])[:10]:
             print(f"error: {error}")
     failed = sum(step.failed for step in steps)
     return 0 if suggestion is not None and failed == 0 else 1
+
+
+def _reread(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    try:
+        report = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        steps = steps_from_report(report, args.from_json)
+    except OSError as error:
+        parser.error(f"--from-json {args.from_json}: cannot read it: {error.strerror}")
+    except json.JSONDecodeError as error:
+        parser.error(f"--from-json {args.from_json}: not JSON ({error}); pass a report written by "
+                     "bench/loadgen.py --json")
+    except ValueError as error:
+        parser.error(f"--from-json {error}")
+    return _print_report(report, steps, args)
 
 
 if __name__ == "__main__":

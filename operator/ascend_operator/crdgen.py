@@ -155,11 +155,10 @@ def structural(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> di
         elif key == "additionalProperties":
             if isinstance(value, dict):
                 out["additionalProperties"] = structural(value, defs, f"{path}{{}}")
-            elif value is True:
-                if not node.get("x-kubernetes-preserve-unknown-fields"):
-                    raise SchemaConversionError(
-                        f"{path}: free-form object without x-kubernetes-preserve-unknown-fields"
-                    )
+            elif value is True and not node.get("x-kubernetes-preserve-unknown-fields"):
+                raise SchemaConversionError(
+                    f"{path}: free-form object without x-kubernetes-preserve-unknown-fields"
+                )
             # False beside properties is implied by structural pruning.
         elif key in ("exclusiveMinimum", "exclusiveMaximum"):
             bound = "minimum" if key == "exclusiveMinimum" else "maximum"

@@ -686,9 +686,7 @@ def _condition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
             after["status"], after["reason"], after["message"])
         if not changed:
             continue
-        if type_ in _WARN_WHEN_TRUE and after["status"] == "True":
-            events.append(("Warning", after["reason"], after["message"]))
-        elif type_ == PROGRESSING and after["reason"] in (CHILD_CONFLICT, LWS_NOT_INSTALLED):
+        if type_ in _WARN_WHEN_TRUE and after["status"] == "True" or type_ == PROGRESSING and after["reason"] in (CHILD_CONFLICT, LWS_NOT_INSTALLED):
             events.append(("Warning", after["reason"], after["message"]))
         elif type_ == READY and after["status"] == "True" and before.get("status") != "True":
             events.append(("Normal", "Ready", after["message"]))

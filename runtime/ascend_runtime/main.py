@@ -119,7 +119,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"ascend-llm run: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    versions = detect_versions()
+    try:
+        versions = detect_versions()
+    except ValueError as error:  # a malformed ASCEND_LLM_ASSUME_VERSIONS
+        print(f"ascend-llm run: {error}", file=sys.stderr)
+        return EXIT_CONFIG
     log.info("platform and versions: %s", describe(versions))
     problem = check_distributed(config, versions, os.environ)
     if problem is not None:
@@ -136,7 +140,11 @@ def print_flags(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"ascend-llm flags: {error}", file=sys.stderr)
         return EXIT_CONFIG
-    versions = detect_versions()
+    try:
+        versions = detect_versions()
+    except ValueError as error:  # a malformed ASCEND_LLM_ASSUME_VERSIONS
+        print(f"ascend-llm flags: {error}", file=sys.stderr)
+        return EXIT_CONFIG
     if args.vllm_version or args.vllm_ascend_version:
         versions = Versions(
             platform="ascend" if args.vllm_ascend_version else versions.platform,

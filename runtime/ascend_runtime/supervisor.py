@@ -446,7 +446,7 @@ class Supervisor:
             if run.stopped:
                 return LaunchResult("stopped", "stop requested while waiting for the workers")
             if run.returncode == 0:
-                log.info("all %d workers joined: %s", workers, run.tail())
+                log.info("%s joined: %s", _workers(workers), run.tail())
                 return None
             last = run.tail()
             self.store.set_phase(RuntimePhase.LOADING, f"waiting for {_workers(workers)}: {last}")
@@ -637,15 +637,14 @@ class Supervisor:
                 try:
                     stopped, leader = await self._until_stopped(wait_for_leader_mode(
                         url, self.config.runtime.ready_timeout_s, session, interval_s=self.leader_poll_s))
-                except LeaderFailedError as error:
-                    return self._worker_failed(str(error), served_before)
-                except LeaderWaitTimeout as error:
+                except (LeaderFailedError, LeaderWaitTimeout) as error:
                     return self._worker_failed(str(error), served_before)
                 if stopped or leader is None:
                     return EXIT_STOPPED
                 # A relaunch for the leader's sake is not a failure of this pod: follow at once.
                 result = await self._worker_launch(session, url, leader, ladder)
                 while result.kind == "follow" and result.leader is not None:
+                    served_before = served_before or result.served
                     log.info("relaunching for the leader: %s", result.reason)
                     result = await self._worker_launch(session, url, result.leader, ladder)
                 served_before = served_before or result.served

@@ -20,6 +20,13 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_HANG_AFTER``: after this many completions, requests never finish and the
   generated-token counter stops (hang tests).
 - ``FAKE_ENGINE_LAUNCH_LOG``: append one line per launch (the argv) to this file.
+- ``FAKE_ENGINE_CAPTURE_FAIL_MODES``: the graph modes in which ``FAKE_ENGINE_CAPTURE_FAIL``
+  applies (comma-separated; default every graph mode). The mode is read from the argv as vLLM
+  would: ``--enforce-eager`` is EAGER, else ``--compilation-config``'s ``cudagraph_mode``, else
+  PIECEWISE (vLLM's default compile).
+- ``FAKE_ENGINE_CAPTURE_FAIL_EXIT``: after printing the capture failure, exit 1 (as vLLM does
+  once its workers are gone) instead of lingering.
+- ``FAKE_ENGINE_OOM_LOG``: print this log (a real device OOM) and exit 1, once (marker file).
 - ``FAKE_ENGINE_SPAWN_CHILD``: start a child that inherits stdout and outlives this process,
   as vLLM's engine core does when the API server dies; its pid is appended to
   ``FAKE_ENGINE_STATE_DIR``/children.
@@ -143,16 +150,46 @@ def schedule_crash_once(tasks: list[asyncio.Task]) -> None:
         tasks.append(asyncio.create_task(crash()))
 
 
+def graph_mode(argv: list[str]) -> str:
+    """The mode vLLM would run for this argv (see the module docstring)."""
+
+    if "--enforce-eager" in argv:
+        return "EAGER"
+    for flag in ("--compilation-config", "-cc"):
+        if flag in argv and argv.index(flag) + 1 < len(argv):
+            try:
+                return str(json.loads(argv[argv.index(flag) + 1]).get("cudagraph_mode") or "PIECEWISE")
+            except (json.JSONDecodeError, AttributeError):
+                return "PIECEWISE"
+    return "PIECEWISE"
+
+
+def capture_fails(argv: list[str]) -> bool:
+    if not os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
+        return False
+    mode = graph_mode(argv)
+    if mode == "EAGER":
+        return False
+    modes = os.environ.get("FAKE_ENGINE_CAPTURE_FAIL_MODES")
+    return modes is None or mode in {m.strip() for m in modes.split(",")}
+
+
+async def fail_capture() -> None:
+    await asyncio.sleep(env_float("FAKE_ENGINE_CAPTURE_FAIL_AFTER_S") or 0.3)
+    print_log(os.environ["FAKE_ENGINE_CAPTURE_FAIL"])
+    if os.environ.get("FAKE_ENGINE_CAPTURE_FAIL_EXIT"):
+        os._exit(1)
+    await asyncio.sleep(3600)  # vLLM often lingers while its workers die
+
+
 async def run_headless(args: argparse.Namespace) -> None:
     """A headless data-parallel worker: no HTTP server, just a process until SIGTERM."""
 
     graph = not args.enforce_eager
     print(f"INFO fake engine: headless model={args.model} graph={graph} "
           f"start_rank={args.data_parallel_start_rank} address={args.data_parallel_address}", flush=True)
-    if graph and os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
-        await asyncio.sleep(env_float("FAKE_ENGINE_CAPTURE_FAIL_AFTER_S") or 0.3)
-        print_log(os.environ["FAKE_ENGINE_CAPTURE_FAIL"])
-        await asyncio.sleep(3600)
+    if capture_fails(sys.argv[1:]):
+        await fail_capture()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     tasks: list[asyncio.Task] = []
@@ -198,11 +235,15 @@ async def main() -> None:
         with open(state_dir / "children", "a", encoding="utf-8") as handle:
             handle.write(f"{child.pid}\n")
     engine = FakeEngine(args)
-    print(f"INFO fake engine: model={args.model} graph={engine.graph}", flush=True)
-    if engine.graph and os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
-        await asyncio.sleep(env_float("FAKE_ENGINE_CAPTURE_FAIL_AFTER_S") or 0.3)
-        print_log(os.environ["FAKE_ENGINE_CAPTURE_FAIL"])
-        await asyncio.sleep(3600)  # vLLM often lingers while its workers die
+    print(f"INFO fake engine: model={args.model} graph={engine.graph} mode={graph_mode(argv)}", flush=True)
+    if capture_fails(argv):
+        await fail_capture()
+    oom_marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "oom-once"
+    if os.environ.get("FAKE_ENGINE_OOM_LOG") and not oom_marker.exists():
+        oom_marker.write_text("1")
+        await asyncio.sleep(0.3)
+        print_log(os.environ["FAKE_ENGINE_OOM_LOG"])
+        os._exit(1)
 
     app = web.Application()
     app.router.add_get("/health", engine.health)

@@ -23,6 +23,10 @@ itself with the behaviour a real API server has and the operator depends on:
   ``pod_states`` (what a test sets per pod), 503 when a pod serves nothing (as a real proxy
   answers for a refused connection).
 
+- add-on APIs served or withheld per test (:meth:`RealisticEmulator.serve` / ``withhold``):
+  LeaderWorkerSet, KEDA, a custom metrics API. A withheld group is absent from discovery
+  (``/apis``) and its paths answer 404, as on a cluster without the CRD or APIService.
+
 What it still does not do: schema validation and pruning (tests that need those validate the
 manifests against OpenAPI schemas elsewhere), admission, RBAC, the controllers (no ReplicaSets or
 pods appear by themselves: tests create pods), strategic-merge list semantics, managedFields.
@@ -201,6 +205,20 @@ def parse_label_selector(selector: str) -> list[Callable[[dict[str, str]], bool]
     return terms
 
 
+#: Add-on APIs a cluster may or may not have: ``api_version/plural`` -> how discovery describes it.
+ADDONS: dict[str, tuple[str, kmock.ResourceInfo]] = {
+    "leaderworkerset": ("leaderworkerset.x-k8s.io/v1/leaderworkersets", kmock.ResourceInfo(
+        kind="LeaderWorkerSet", singular="leaderworkerset", namespaced=True, shortnames={"lws"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status", "scale"})),
+    "keda": ("keda.sh/v1alpha1/scaledobjects", kmock.ResourceInfo(
+        kind="ScaledObject", singular="scaledobject", namespaced=True, shortnames={"so"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"}, subresources={"status"})),
+    # prometheus-adapter's aggregated API; what matters is that the group/version is listed.
+    "custom-metrics": ("custom.metrics.k8s.io/v1beta2/pods", kmock.ResourceInfo(
+        kind="MetricValueList", singular="", namespaced=True, verbs={"get"})),
+}
+
+
 @dataclass
 class PodEndpoint:
     """What the pod proxy answers for one pod: a JSON document, or an HTTP error status."""
@@ -236,6 +254,21 @@ class RealisticEmulator(kmock.KubernetesScaffold):
         self.resources.load_bundled()
 
     # ----------------------------------------------------------------- test-facing helpers
+
+    def serve(self, *addons: str) -> None:
+        """Serve the named add-on APIs (keys of :data:`ADDONS`), as if their CRDs were installed."""
+
+        for addon in addons:
+            key, info = ADDONS[addon]
+            self.resources[key] = info
+
+    def withhold(self, *addons: str) -> None:
+        """Stop serving the named add-on APIs (their objects, if any, stay stored but unreachable)."""
+
+        for addon in addons:
+            key, _ = ADDONS[addon]
+            if key in self.resources:
+                del self.resources[key]
 
     @staticmethod
     def resource_key(api_version: str, plural: str) -> ResourceKey:
@@ -313,6 +346,9 @@ class RealisticEmulator(kmock.KubernetesScaffold):
         try:
             if parsed is not None and parsed.plural is not None:
                 return await self._serve(request, parsed, raw_request)
+            if raw_request.path == "/apis/":
+                # The official client's ApisApi asks for "/apis/"; kmock's route is "/apis" only.
+                return aiohttp.web.json_response(await self._serve_apis(request))
             try:
                 return await self._handle(request)  # discovery, /version: kmock's scaffold
             except kmock.KubernetesError as error:

@@ -19,7 +19,12 @@ from typing import Any
 import kopf
 import pytest
 from ascend_operator.api import API_VERSION, KIND, PLURAL
-from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, selector_labels
+from ascend_operator.builders.common import (
+    CONFIG_HASH_ANNOTATION,
+    LWS_GROUP_INDEX_LABEL,
+    LWS_WORKER_INDEX_LABEL,
+    selector_labels,
+)
 from ascend_operator.settings import OperatorSettings
 from k8s_emulator import RealisticEmulator
 
@@ -37,12 +42,18 @@ CONFIGMAPS = ("v1", "configmaps")
 SERVICES = ("v1", "services")
 PDBS = ("policy/v1", "poddisruptionbudgets")
 PODS = ("v1", "pods")
+LEADERWORKERSETS = ("leaderworkerset.x-k8s.io/v1", "leaderworkersets")
+HPAS = ("autoscaling/v2", "horizontalpodautoscalers")
+SCALED_OBJECTS = ("keda.sh/v1alpha1", "scaledobjects")
 EVENTS = ("v1", "events")
 RESOURCES = (API_VERSION, PLURAL)
 
 
 def make_settings(url: str, **overrides: Any) -> OperatorSettings:
-    values: dict[str, Any] = {"standalone": True, "resync_interval_s": RESYNC_S, "status_read_timeout_s": 2.0}
+    # Discovery refreshes every resync in tests, so a test that serves or withholds an add-on API
+    # sees the operator react within a pass or two.
+    values: dict[str, Any] = {"standalone": True, "resync_interval_s": RESYNC_S, "status_read_timeout_s": 2.0,
+                              "discovery_ttl_s": RESYNC_S}
     values.update(overrides)
     settings = OperatorSettings(**values)
     return settings.model_copy(update={"api_server": url})
@@ -193,8 +204,40 @@ def pod(
 
     deployment = emulator.get(*DEPLOYMENTS, namespace, owner) or {}
     template = (deployment.get("spec") or {}).get("template") or {}
+    return _pod_from_template(template, f"{owner}-{index}", selector_labels(owner), namespace=namespace,
+                              phase=phase, ready=ready, scheduled=scheduled, waiting=waiting, current=current)
+
+
+def lws_pod(owner: str, group: int, worker: int, emulator: RealisticEmulator, *, namespace: str = NAMESPACE,
+            **kwargs: Any) -> dict[str, Any]:
+    """A pod of group ``group`` of the resource's LeaderWorkerSet as LWS names and labels it:
+    ``<lws>-<group>`` for the leader (worker 0), ``<lws>-<group>-<worker>`` for the workers."""
+
+    lws_name = f"{owner}-lws"
+    lws = emulator.get(*LEADERWORKERSETS, namespace, lws_name) or {}
+    role = "leaderTemplate" if worker == 0 else "workerTemplate"
+    template = ((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get(role) or {}
+    name = f"{lws_name}-{group}" if worker == 0 else f"{lws_name}-{group}-{worker}"
+    labels = {**((template.get("metadata") or {}).get("labels") or selector_labels(owner)),
+              LWS_GROUP_INDEX_LABEL: str(group), LWS_WORKER_INDEX_LABEL: str(worker)}
+    return _pod_from_template(template, name, labels, namespace=namespace, **kwargs)
+
+
+def _pod_from_template(
+    template: dict[str, Any],
+    name: str,
+    labels: dict[str, str],
+    *,
+    namespace: str = NAMESPACE,
+    phase: str = "Running",
+    ready: bool = True,
+    scheduled: tuple[str, str] | None = None,
+    waiting: str | None = None,
+    current: bool = True,
+) -> dict[str, Any]:
     config_hash = (template.get("metadata") or {}).get("annotations", {}).get(CONFIG_HASH_ANNOTATION, "")
-    image = ((template.get("spec") or {}).get("containers") or [{}])[0].get("image", "runtime:test")
+    container = ((template.get("spec") or {}).get("containers") or [{}])[0]
+    image = container.get("image", "runtime:test")
     conditions = [{"type": "PodScheduled", "status": "True"}]
     if scheduled is not None:
         conditions = [{"type": "PodScheduled", "status": "False", "reason": scheduled[0], "message": scheduled[1]}]
@@ -204,14 +247,17 @@ def pod(
                                         "state": {"running": {"startedAt": "2026-12-01T00:00:00Z"}}}
     if waiting:
         container_status["state"] = {"waiting": {"reason": waiting, "message": "back-off restarting"}}
+    spec_container: dict[str, Any] = {"name": "engine", "image": image}
+    if container.get("resources"):  # what the scheduler (and the status's NPU count) looks at
+        spec_container["resources"] = copy.deepcopy(container["resources"])
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "name": f"{owner}-{index}", "namespace": namespace,
-            "labels": selector_labels(owner),
+            "name": name, "namespace": namespace,
+            "labels": dict(labels),
             "annotations": {CONFIG_HASH_ANNOTATION: config_hash if current else "outdated"},
         },
-        "spec": {"containers": [{"name": "engine", "image": image}]},
+        "spec": {"containers": [spec_container]},
         "status": {"phase": phase, "conditions": conditions,
                    "containerStatuses": [container_status] if scheduled is None else []},
     }

@@ -4,7 +4,7 @@ The tests play the Deployment controller and the kubelet (they put pods into the
 the in-pod runtime (they set what each pod's ``GET /state`` answers through the API server's pod
 proxy). The operator's resync reads both and writes the status: phase, ready replicas, the graph
 mode per replica, the remembered mode (and its use and loss), conditions, and Events posted once
-per transition.
+per transition (WaitingForNPU naming the resource and the count).
 """
 
 from __future__ import annotations
@@ -137,6 +137,19 @@ async def test_pods_unschedulable_for_lack_of_npus_are_waiting_for_npu(emulator,
     await wait_for(lambda: status(emulator).get("phase") == "WaitingForNPU", what="phase WaitingForNPU")
     assert message in condition(emulator, "Ready")["message"]
     assert condition(emulator, "Progressing")["status"] == "True"
+    waiting = condition(emulator, "WaitingForNPU")
+    assert (waiting["status"], waiting["reason"]) == ("True", "InsufficientNPU")
+    # The resource and the count come from the pod's own request (npu.perReplica 1).
+    assert waiting["message"] == (
+        f"1 pod(s) cannot be scheduled: not enough free {NPU} (1 asked for in all); "
+        f"qwen-0 asks for 1 {NPU}. Scheduler: {message}")
+    await settle(emulator, quiet=4 * RESYNC_S)
+    posted = events(emulator, "WaitingForNPU")
+    assert len(posted) == 1 and posted[0]["type"] == "Warning" and NPU in posted[0]["message"]
+
+    add_pod(emulator, 0, state(RuntimePhase.READY))  # scheduled after all: the condition clears
+    await wait_for(lambda: condition(emulator, "WaitingForNPU").get("status") == "False", what="NPUs allocated")
+    assert condition(emulator, "WaitingForNPU")["reason"] == "NPUsAllocated"
 
 
 async def test_a_crash_looping_pod_is_failed(emulator, operator) -> None:

@@ -97,6 +97,8 @@ class RuntimeProcess:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def terminate(self, timeout: float = 60) -> int:
+        state = self.state() if self.process.poll() is None else None
+        engine_pid = (state or {}).get("enginePid")
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
@@ -104,6 +106,11 @@ class RuntimeProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.exit_code = self.process.wait()
+        if engine_pid:  # the engine runs in its own process group: never leave it behind
+            try:
+                os.killpg(engine_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self._log:
             self._log.close()
         return self.exit_code

@@ -6,16 +6,22 @@ worker waits for the leader's graph mode and launches the headless worker comman
 leader address); a capture failure on the leader makes it fall back to EAGER and the worker
 relaunches in EAGER, uncounted; a killed leader engine is relaunched by the leader and the
 worker relaunches for the new engine; a crash of the worker's own process is restarted and
-counted; readiness is the group's; SIGTERM to both -> both exit 0. What the real vLLM does
-with these command lines is in tests/engine/test_multinode_cpu.py.
+counted; readiness is the group's; SIGTERM to both -> both exit 0; a pod whose LeaderWorkerSet
+variables contradict the config exits 2. Backend ray with a stand-in for `ray` (CLI and
+module): the leader starts the head before it publishes a mode, waits for the worker's
+`ray start --block`, then launches the engine; a failing pre-command is a failed launch naming
+the command and its output. What the real vLLM does with these command lines is in
+tests/engine/test_multinode_cpu.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from runtime_harness import FAKE_ENGINE, REPO
 
@@ -123,3 +129,125 @@ def test_a_worker_crash_is_restarted_and_counted_and_readiness_is_the_groups(run
     worker.process.send_signal(signal.SIGTERM)  # only the worker: it stops at once
     assert worker.process.wait(timeout=30) == 0
     assert time.monotonic() - started < 10
+
+
+def test_a_pod_that_cannot_join_its_group_exits_2_naming_the_variable(runtime_factory):
+    runtime = runtime_factory(GROUP, {**LWS, "LWS_WORKER_INDEX": "0", "LWS_GROUP_SIZE": "3"})
+    assert runtime.process.wait(timeout=30) == 2  # EXIT_CONFIG, before any launch
+    assert "LWS_GROUP_SIZE=3 but distributed.nodes is 2" in runtime.log_path.read_text()
+    assert runtime.launches() == []
+
+
+# -- backend ray, with a stand-in for Ray ----------------------------------------------------
+# `ray start` and `import ray` are replaced (PATH and PYTHONPATH) by the two scripts below,
+# which keep the cluster as files in FAKE_RAY_DIR: the head, and one file per joined node
+# that lives as long as its `ray start --block`.
+
+FAKE_RAY_CLI = '''#!{python}
+import json, os, signal, sys, time
+from pathlib import Path
+state = Path(os.environ["FAKE_RAY_DIR"])
+with open(state / "calls.jsonl", "a") as handle:
+    handle.write(json.dumps(sys.argv[1:]) + "\\n")
+args = sys.argv[1:]
+if args[:2] == ["start", "--head"]:
+    if os.environ.get("FAKE_RAY_HEAD_FAIL"):
+        print("ConnectionError: Ray is trying to start at 127.0.0.1:6379, but is already running")
+        sys.exit(1)
+    (state / "head").write_text("up")
+    print("Ray runtime started.")
+    sys.exit(0)
+if args[:1] == ["start"] and "--block" in args:
+    if not (state / "head").exists():
+        print("ConnectionError: could not reach the GCS at " + args[args.index("--address") + 1])
+        sys.exit(1)
+    node = state / f"node-{{os.getpid()}}"
+    node.write_text("alive")
+    signal.signal(signal.SIGTERM, lambda *_: (node.unlink(missing_ok=True), sys.exit(0)))
+    print("Ray runtime started. --block: this process runs until it is stopped.", flush=True)
+    while True:
+        time.sleep(1)
+sys.exit(f"fake ray: unsupported {{args}}")
+'''
+
+FAKE_RAY_MODULE = '''
+import os
+from pathlib import Path
+
+def init(address=None, logging_level=None):
+    pass
+
+def shutdown():
+    pass
+
+def nodes():
+    state = Path(os.environ["FAKE_RAY_DIR"])
+    heads = [{"Alive": True}] if (state / "head").exists() else []
+    return heads + [{"Alive": True} for _ in state.glob("node-*")]
+'''
+
+
+def fake_ray_env(tmp_path) -> dict[str, str]:
+    state = tmp_path / "ray-state"
+    bin_dir, module_dir = tmp_path / "ray-bin", tmp_path / "ray-module" / "ray"
+    for directory in (state, bin_dir, module_dir):
+        directory.mkdir(parents=True)
+    cli = bin_dir / "ray"
+    cli.write_text(FAKE_RAY_CLI.format(python=sys.executable))
+    cli.chmod(0o755)
+    (module_dir / "__init__.py").write_text(FAKE_RAY_MODULE)
+    return {
+        "FAKE_RAY_DIR": str(state),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(module_dir.parent), os.environ.get("PYTHONPATH")])),
+    }
+
+
+RAY_GROUP = {
+    "engine": {"parallel": {"tensor": 2}},
+    "warmup": {"enabled": False},
+    "distributed": {"nodes": 2, "backend": "ray", "npusPerNode": 1, "leaderAddress": "127.0.0.1"},
+}
+
+
+def ray_calls(env: dict[str, str]) -> list[list[str]]:
+    path = os.path.join(env["FAKE_RAY_DIR"], "calls.jsonl")
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_ray_leader_starts_the_head_waits_for_the_worker_then_the_engine(runtime_factory, tmp_path):
+    ray = fake_ray_env(tmp_path)
+    leader = runtime_factory(RAY_GROUP, {**LWS, **ray, "LWS_WORKER_INDEX": "0"})
+    waiting = leader.wait_for(lambda s: s["message"] and s["message"].startswith("waiting for 1 worker"), 20,
+                              "the leader waiting for its worker")
+    assert waiting["enginePid"] is None and leader.launches() == []  # no engine before the group is whole
+    worker_config = {**RAY_GROUP, "distributed": {**RAY_GROUP["distributed"], "leaderRuntimePort": leader.port}}
+    worker = runtime_factory(worker_config, {**LWS, **ray, "LWS_WORKER_INDEX": "1"})
+    leader.wait_for(is_ready, 30, "the leader Ready")
+    state = worker.wait_for(is_ready, 20, "the worker Ready")
+    assert state["engineRestarts"] == 0
+    assert worker.launches() == []  # a Ray worker runs no engine of its own
+    assert ray_calls(ray) == [
+        ["start", "--head", "--port", "6379", "--node-ip-address", "127.0.0.1"],
+        ["start", "--address", "127.0.0.1:6379", "--node-ip-address", "127.0.0.1", "--block"],
+    ]
+    [engine_argv] = leader.launches()
+    assert option(engine_argv, "--distributed-executor-backend") == "ray"
+    leader.process.send_signal(signal.SIGTERM)
+    worker.process.send_signal(signal.SIGTERM)
+    assert leader.process.wait(timeout=30) == 0
+    assert worker.process.wait(timeout=30) == 0
+    assert list(Path(ray["FAKE_RAY_DIR"]).glob("node-*")) == []  # `ray start --block` was stopped
+
+
+def test_a_failing_pre_command_is_a_failed_launch_naming_it(runtime_factory, tmp_path):
+    ray = fake_ray_env(tmp_path)
+    leader = runtime_factory({**RAY_GROUP, "runtime": {"restart": {"maxRestarts": 1}}},
+                             {**LWS, **ray, "LWS_WORKER_INDEX": "0", "FAKE_RAY_HEAD_FAIL": "1"})
+    assert leader.process.wait(timeout=30) == 3  # EXIT_START_FAILED
+    log = leader.log_path.read_text()
+    assert "pre-command `ray start --head --port 6379 --node-ip-address 127.0.0.1` exited with code 1" in log
+    assert "Ray is trying to start at 127.0.0.1:6379, but is already running" in log
+    assert len(ray_calls(ray)) == 2  # the launch and its one restart
+    assert leader.launches() == []

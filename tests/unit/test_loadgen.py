@@ -197,7 +197,7 @@ def test_target_is_the_queue_interpolated_where_p95_crosses_the_slo() -> None:
         slo_s=3.0, crossed=True, below_offered=4, above_offered=16, waiting_at_slo=5.0, running_at_slo=6.0,
         kv_usage_at_slo=pytest.approx(0.3), signal="waitingRequestsPerReplica", target=5.0,
         note="p95 latency crosses 3.00 s between 4 and 16 clients (p95 2.00 -> 4.00 s); there a replica has "
-             "5.0 requests waiting and 6.0 running. signal waitingRequestsPerReplica, target 5 (or lower, for "
+             "5.00 requests waiting and 6.00 running. signal waitingRequestsPerReplica, target 5 (or lower, for "
              "headroom while a new replica starts)")
 
 
@@ -262,6 +262,28 @@ def test_table_rows() -> None:
         "| 1 | 10 | 10 | 0 | 1.00 | 64 | 0.80 | 0.95 | - | 0.0 / 0.0 | 1.0 / 1.0 | 1.2 |\n"
         "| 2 | 0 | 0 | 0 | 0.00 | 0 | - | - | - | - / - | - / - | - |"
     )
+
+
+# -- saved reports ----------------------------------------------------------------------------
+
+
+def test_saved_report_reads_back_into_the_same_steps() -> None:
+    from dataclasses import asdict
+
+    steps = [step(1, 0.7, 1.2, 0.0, 1.0), step(16, 1.6, 4.5, 7.5, 7.7)]
+    report = {"model": "tiny", "steps": [asdict(item) for item in steps]}
+    assert lg.steps_from_report(report) == steps
+
+
+@pytest.mark.parametrize(("report", "message"), [
+    ([], "run.json: no 'steps' list"),
+    ({"steps": []}, "run.json: no 'steps' list"),
+    ({"steps": [{"mode": "concurrency", "offered": 1}]}, r"run.json: steps\[0\] is not a loadgen step \(missing completed, "),
+    ({"steps": ["x"]}, r"run.json: steps\[0\] is not a loadgen step"),
+])
+def test_a_report_that_is_not_the_loadgens_is_refused(report: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        lg.steps_from_report(report, "run.json")
 
 
 # -- loopback only ----------------------------------------------------------------------------

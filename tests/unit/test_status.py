@@ -87,12 +87,13 @@ def conditions(ready: tuple[str, str, str], progressing: tuple[str, str, str], d
     ]
 
 
-def base(**fields: Any) -> dict[str, Any]:
+def base(wanted: int = 2, **fields: Any) -> dict[str, Any]:
     status = {"observedGeneration": 3, "phase": "Pending", "replicas": 0, "readyReplicas": 0, "updatedReplicas": 0,
               "selector": SELECTOR, "model": "qwen", "chip": "910B",
               "graph": {"replicas": [], "fallbacks": 0}, "warmup": {"succeeded": 0, "failed": 0, "pending": 0},
               "endpoint": ENDPOINT}
     status.update(fields)
+    status["ready"] = f"{status['readyReplicas']}/{wanted}"
     return status
 
 

