@@ -1,0 +1,261 @@
+"""The pure parts of bench/runtime_overhead.py: percentiles and summaries, the ABBA round order,
+per-pair ratios, throughput of a round, the runtime's phase lines and the fallback timeline
+from timestamped output, the start-up overhead, first-request ratios, the per-start engine
+config, the argv taken from ``ascend-llm flags``, option checks, goals and the report tables.
+Synthetic inputs with complete expected values; nothing here starts a process or sends a request.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "runtime_overhead.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("runtime_overhead_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    # dataclasses resolve their annotations through sys.modules.
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ro = load_bench()
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+def test_percentile_interpolates_between_ranks():
+    assert ro.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert ro.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 25) == 2.0
+    assert ro.percentile([7.0], 95) == 7.0
+    assert ro.percentile([], 50) is None
+
+
+def test_percentile_rejects_out_of_range_q():
+    with pytest.raises(ValueError, match="outside 0..100"):
+        ro.percentile([1.0], 101)
+
+
+def test_summarize_gives_median_range_and_relative_spread():
+    assert ro.summarize([10.0, 12.0, 8.0]) == ro.Summary(n=3, median=10.0, low=8.0, high=12.0, spread_pct=40.0)
+    assert ro.summarize([]) is None
+    assert ro.summarize([0.0, 0.0]).spread_pct is None
+
+
+def test_alternation_swaps_the_leading_side_every_pair():
+    assert ro.alternation(3) == ["bare", "runtime", "runtime", "bare", "bare", "runtime"]
+    with pytest.raises(ValueError, match="--rounds"):
+        ro.alternation(0)
+
+
+def test_pair_ratios_divide_runtime_by_bare_pairwise():
+    assert ro.pair_ratios([10.0, 20.0], [9.9, 22.0]) == pytest.approx([0.99, 1.1])
+    with pytest.raises(ValueError, match="pair up"):
+        ro.pair_ratios([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="zero throughput"):
+        ro.pair_ratios([0.0], [1.0])
+
+
+def test_ratio_summary_is_none_when_a_bare_round_has_nothing_to_divide_by():
+    assert ro.ratio_summary([0.0, 5.0], [1.0, 5.0]) is None
+    assert ro.ratio_summary([], []) is None
+    assert ro.ratio_summary([10.0, 10.0, 10.0], [9.0, 10.0, 11.0]) == ro.Summary(
+        n=3, median=1.0, low=0.9, high=1.1, spread_pct=pytest.approx(20.0))
+
+
+def test_round_throughput_counts_successful_requests_and_tokens():
+    result = ro.RoundResult(seconds=4.0, ok=46, failed=2, output_tokens=2944)
+    assert ro.round_throughput(result) == (11.5, 736.0)
+    with pytest.raises(ValueError, match="positive time"):
+        ro.round_throughput(ro.RoundResult(seconds=0.0, ok=1, failed=0, output_tokens=1))
+
+
+# -- the runtime's output --------------------------------------------------------------------
+
+RUNTIME_LINES = [
+    (100.0, "2026-12-01 09:00:01,000 ascend-llm INFO ascend_runtime.engine: launching engine: python -m vllm..."),
+    (101.5, "2026-12-01 09:00:02,500 ascend-llm INFO ascend_runtime.state: phase Preflight -> Loading: Loading model"),
+    (180.0, "(Worker pid=6447) ERROR [multiproc_executor.py:1063]     raise exc.InvalidCxxCompiler"),
+    (180.2, "torch._inductor.exc.InductorError: InvalidCxxCompiler: No working C++ compiler found"),
+    (180.9, "2026-12-01 ascend-llm WARNING ascend_runtime.supervisor: graph mode PIECEWISE failed (...)"),
+    (181.0, "2026-12-01 ascend-llm INFO ascend_runtime.engine: launching engine: python -m vllm... --enforce-eager"),
+    (181.1, "2026-12-01 ascend-llm INFO ascend_runtime.state: phase Loading -> Loading: restarting"),
+    (220.0, "2026-12-01 ascend-llm INFO ascend_runtime.state: phase Loading -> WarmingUp: engine up; warming up"),
+    (226.5, "2026-12-01 ascend-llm INFO ascend_runtime.state: phase WarmingUp -> Ready: serving in EAGER mode"),
+]
+
+
+def test_parse_phase_line_reads_old_and_new_phase():
+    assert ro.parse_phase_line("x ascend_runtime.state: phase WarmingUp -> Ready: serving") == ("WarmingUp", "Ready")
+    assert ro.parse_phase_line("INFO:     Application startup complete.") is None
+
+
+def test_phase_times_keep_the_first_entry_into_each_phase():
+    assert ro.phase_times(RUNTIME_LINES, origin=99.0) == {"Loading": 2.5, "WarmingUp": 121.0, "Ready": 127.5}
+
+
+def test_fallback_timeline_runs_from_the_first_failure_line():
+    times = ro.fallback_timeline(RUNTIME_LINES, origin=99.0)
+    assert times == ro.FallbackTimes(failure_after_s=81.0, relaunch_s=pytest.approx(1.0),
+                                     healthy_s=pytest.approx(40.0), ready_s=pytest.approx(46.5))
+
+
+def test_fallback_timeline_names_what_is_missing():
+    with pytest.raises(ValueError, match="did not fail as planned"):
+        ro.fallback_timeline(RUNTIME_LINES[:2], origin=99.0)
+    with pytest.raises(ValueError, match="did not relaunch"):
+        ro.fallback_timeline(RUNTIME_LINES[:5], origin=99.0)
+    with pytest.raises(ValueError, match="never entered Ready"):
+        ro.fallback_timeline(RUNTIME_LINES[:-1], origin=99.0)
+    # A Ready before the failure (there is none in a real fallback) does not count.
+    early_ready = [(90.0, "phase Loading -> Ready: x"), *RUNTIME_LINES[:-1]]
+    with pytest.raises(ValueError, match="never entered Ready"):
+        ro.fallback_timeline(early_ready, origin=80.0)
+
+
+def test_fallback_timeline_takes_another_marker():
+    lines = [(1.0, "ACL graph capture failed: aclmdlRICaptureEnd"), (2.0, "launching engine: x"),
+             (5.0, "phase Loading -> WarmingUp"), (6.0, "phase WarmingUp -> Ready")]
+    assert ro.fallback_timeline(lines, 0.0, "capture failed") == ro.FallbackTimes(1.0, 1.0, 4.0, 5.0)
+
+
+# -- derived figures -------------------------------------------------------------------------
+
+def test_startup_overhead_subtracts_bare_start_and_warmup():
+    assert ro.startup_overhead(95.0, 80.0, 12.5) == ro.StartupOverhead(95.0, 80.0, 12.5, 2.5)
+    # Warmup off (/state warmup.seconds is null): nothing to subtract for it.
+    assert ro.startup_overhead(81.0, 80.0, None) == ro.StartupOverhead(81.0, 80.0, 0.0, 1.0)
+
+
+def test_first_request_stats_compare_each_length_with_its_warm_median():
+    stats = ro.first_request_stats([(40, 0.9), (200, 0.3), (440, 0.5)],
+                                   {40: [0.3, 0.2, 0.4], 200: [0.3, 0.3, 0.3], 440: []})
+    assert stats == [
+        ro.LengthStats(40, 0.9, 0.3, pytest.approx(3.0)),
+        ro.LengthStats(200, 0.3, 0.3, pytest.approx(1.0)),
+        ro.LengthStats(440, 0.5, None, None),
+    ]
+
+
+# -- configs and commands --------------------------------------------------------------------
+
+def test_bench_config_gives_each_start_its_own_cache_and_the_cpu_settings(tmp_path):
+    config = ro.bench_config(Path("/m"), tmp_path, 18000, 18080, ["py", "-m", "vllm.x"], 2,
+                             policy="eager", warmup=False)
+    assert config == {
+        "schemaVersion": 1,
+        "name": "overhead-bench",
+        "model": {"path": "/m", "servedName": "tiny"},
+        "engine": {
+            "command": ["py", "-m", "vllm.x"], "host": "127.0.0.1", "port": 18000, "dtype": "float32",
+            "maxModelLen": 512, "maxNumSeqs": 8, "shutdownTimeoutS": 30,
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+                    "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "TMPDIR": str(tmp_path / "tmp")},
+        },
+        "graph": {"policy": "eager"},
+        "warmup": {"enabled": False, "promptLengths": [16, 128, 480], "concurrency": [1, 8], "maxTokens": 8,
+                   "chat": True, "timeoutS": 300},
+        "runtime": {"host": "127.0.0.1", "port": 18080, "readyTimeoutS": 600, "preflight": False,
+                    "restart": {"maxRestarts": 0}},
+    }
+
+
+def test_bench_config_is_a_valid_engine_config(tmp_path):
+    from ascend_runtime.config import EngineConfig
+
+    config = EngineConfig.model_validate(ro.bench_config(Path("/m"), tmp_path, 1, 2, ["py"], 1))
+    assert config.engine.env["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    assert config.warmup.enabled is True
+
+
+def test_engine_command_from_flags_takes_argv_env_and_mode():
+    flags = {"mode": "PIECEWISE", "argv": ["py", "-m", "vllm.x", "--port", "9"], "env": {"A": 1}, "warnings": []}
+    assert ro.engine_command_from_flags(flags) == (["py", "-m", "vllm.x", "--port", "9"], {"A": "1"}, "PIECEWISE")
+    with pytest.raises(ValueError, match="no engine argv"):
+        ro.engine_command_from_flags({"argv": None})
+    with pytest.raises(TypeError, match="not a mapping"):
+        ro.engine_command_from_flags({"argv": ["py"], "env": ["A=1"]})
+
+
+def test_parse_env_splits_at_the_first_equals_sign():
+    assert ro.parse_env(["CXX=/bin/false", "X=a=b", "EMPTY="]) == {"CXX": "/bin/false", "X": "a=b", "EMPTY": ""}
+    with pytest.raises(ValueError, match="--fallback-env 'CXX' is not KEY=VALUE"):
+        ro.parse_env(["CXX"])
+    with pytest.raises(ValueError, match="not KEY=VALUE"):
+        ro.parse_env(["1X=y"])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--first-lengths", "40,abc"], "--first-lengths '40,abc'"),
+    (["--first-lengths", "40,500"], "each length must be 1..480"),
+    (["--rounds", "0"], "--rounds 0 is outside 1..50"),
+    (["--concurrency", "100"], "--concurrency 100 is outside 1..64"),
+    (["--engine-command", " "], "--engine-command is empty"),
+    (["--start-timeout", "5"], "--start-timeout 5.0 is outside 30..1800"),
+])
+def test_options_name_the_bad_option(argv, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        ro.options_from_args(ro.build_parser().parse_args(argv))
+
+
+def test_quick_options_take_fewer_rounds_and_repeats():
+    quick = ro.options_from_args(ro.build_parser().parse_args(["--quick"]))
+    full = ro.options_from_args(ro.build_parser().parse_args([]))
+    assert (quick.rounds, quick.repeats, full.rounds, full.repeats) == (2, 3, 5, 5)
+    assert full.fallback_env == {"CXX": "/bin/false"}
+    assert full.first_lengths == [40, 200, 440]
+
+
+# -- goals and the report --------------------------------------------------------------------
+
+def _summary(median: float, low: float | None = None, high: float | None = None) -> dict:
+    low = median if low is None else low
+    high = median if high is None else high
+    return {"n": 3, "median": median, "low": low, "high": high, "spread_pct": 100 * (high - low) / median}
+
+
+REPORT = {
+    "throughput": {
+        "load": {"requests": 48, "maxTokens": 64, "promptTokens": 32, "concurrency": 8, "rounds": 3},
+        "bare": {"reqPerS": _summary(10.0, 9.0, 11.0), "tokPerS": _summary(640.0), "failed": 0},
+        "runtime": {"reqPerS": _summary(9.95), "tokPerS": _summary(636.8), "failed": 0},
+        "ratio": {"reqPerS": _summary(0.995), "tokPerS": _summary(0.995)},
+    },
+    "firstRequest": [
+        {"start": "runtime-graph-warmup", "kind": "runtime", "mode": "PIECEWISE", "warmup": "on",
+         "lengths": [{"prompt_tokens": 40, "first_s": 0.2, "warm_median_s": 0.18, "ratio": 1.11},
+                     {"prompt_tokens": 440, "first_s": 0.5, "warm_median_s": 0.3, "ratio": 1.67}]},
+        {"start": "runtime-graph-nowarmup", "kind": "runtime", "mode": "PIECEWISE", "warmup": "off",
+         "lengths": [{"prompt_tokens": 40, "first_s": 3.0, "warm_median_s": 0.2, "ratio": 15.0}]},
+    ],
+}
+
+
+def test_goals_judge_throughput_and_warm_runtimes_only():
+    assert ro.goals(REPORT) == {
+        "throughput ratio >= 0.99": True,
+        "first request <= 1.5x warm (runtime-graph-warmup)": False,
+    }
+
+
+def test_format_report_renders_the_tables():
+    text = ro.format_report({**REPORT, "goals": ro.goals(REPORT)})
+    assert text.splitlines()[:7] == [
+        "Throughput: 48 requests x 64 tokens, concurrency 8, 3 rounds per side, alternating; median (min-max, spread)",
+        "",
+        "| | bare engine | under the runtime | runtime / bare (per pair) |",
+        "|---|---|---|---|",
+        "| req/s | 10.00 (9.00-11.00, ±20%) | 9.95 (9.95-9.95, ±0%) | 0.995 (0.995-0.995, ±0%) |",
+        "| output tokens/s | 640.00 (640.00-640.00, ±0%) | 636.80 (636.80-636.80, ±0%) | 0.995 (0.995-0.995, ±0%) |",
+        "| failed requests | 0 | 0 | |",
+    ]
+    assert ("| runtime-graph-warmup (PIECEWISE) | on | 40 tok: 0.200 / 0.180 = **1.11x**; "
+            "440 tok: 0.500 / 0.300 = **1.67x** | 1.11x |") in text
+    assert text.splitlines()[-1] == ("Goals: throughput ratio >= 0.99 met; "
+                                     "first request <= 1.5x warm (runtime-graph-warmup) MISSED")
