@@ -821,6 +821,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="2 measured rounds per side, 3 warm repeats.")
     parser.add_argument("--skip-fallback", action="store_true", help="Leave out the fallback part (2 starts fewer).")
     parser.add_argument("--json", action="store_true", help="Print the report as JSON instead of tables.")
+    parser.add_argument("--reread", metavar="FILE", default=None,
+                        help="Print the tables of a report saved with --json; starts nothing.")
     parser.add_argument("--work-dir", default=".cache/runtime-overhead", help="Configs, caches, logs (default: %(default)s).")
     parser.add_argument("--model", default=None, help="A local model directory (default: build the tiny model).")
     parser.add_argument("--rounds", type=int, default=None, help="Measured rounds per side (default 5; quick 2).")
@@ -882,6 +884,14 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.reread:
+        try:
+            saved = json.loads(Path(args.reread).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as error:
+            print(f"runtime_overhead: --reread {args.reread}: {error}", file=sys.stderr)
+            return 2
+        print(format_report(saved) + (f"\n\nWall time {saved['wallSeconds']} s" if "wallSeconds" in saved else ""))
+        return 0
     try:
         options = options_from_args(args)
     except ValueError as error:

@@ -8,6 +8,7 @@ Synthetic inputs with complete expected values; nothing here starts a process or
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -200,7 +201,7 @@ def test_parse_env_splits_at_the_first_equals_sign():
     (["--start-timeout", "5"], "--start-timeout 5.0 is outside 30..1800"),
 ])
 def test_options_name_the_bad_option(argv, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         ro.options_from_args(ro.build_parser().parse_args(argv))
 
 
