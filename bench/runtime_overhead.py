@@ -178,6 +178,21 @@ def round_throughput(result: RoundResult) -> tuple[float, float]:
     return result.ok / result.seconds, result.output_tokens / result.seconds
 
 
+def parse_proc_stat(text: str) -> tuple[int, int]:
+    """(process group, utime + stime in clock ticks) from the text of ``/proc/PID/stat``.
+
+    The command name (field 2) may hold spaces and parentheses, so fields are counted after
+    the last ``)``.
+    """
+
+    _name, sep, rest = text.rpartition(")")
+    fields = rest.split()
+    if not sep or len(fields) < 13:
+        raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
+    # After the name: state(3) ppid(4) pgrp(5) ... utime(14) stime(15), 1-based over the whole line.
+    return int(fields[2]), int(fields[11]) + int(fields[12])
+
+
 def parse_phase_line(line: str) -> tuple[str, str] | None:
     """``(old, new)`` from the runtime's ``phase Loading -> WarmingUp`` log line, else None."""
 
@@ -332,6 +347,12 @@ def format_report(report: Mapping[str, Any]) -> str:
             lines.append(f"| {name} | {_summary_cell(tp['bare'][key])} | {_summary_cell(tp['runtime'][key])} | "
                          f"{_summary_cell(tp['ratio'][key], 3)} |")
         lines.append(f"| failed requests | {tp['bare']['failed']} | {tp['runtime']['failed']} | |")
+        if tp["bare"].get("cpu"):
+            for key, name in (("servingEngineS", "CPU s per round: the serving engine's processes"),
+                              ("idleEngineS", "CPU s per round: the other (idle) engine"),
+                              ("runtimeProcessS", "CPU s per round: the runtime process itself")):
+                lines.append(f"| {name} | {_summary_cell(tp['bare']['cpu'][key])} | "
+                             f"{_summary_cell(tp['runtime']['cpu'][key])} | |")
         lines.append("")
     st = report.get("startup")
     if st:
@@ -570,6 +591,25 @@ def ready_seconds(item: Launched) -> float:
     return times["Ready"]
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def group_cpu_seconds(pgids: set[int]) -> float:
+    """CPU seconds used so far by the live processes of these process groups."""
+
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            group, used = parse_proc_stat((entry / "stat").read_text())
+        except (OSError, ValueError):  # gone meanwhile, or not readable
+            continue
+        if group in pgids:
+            ticks += used
+    return ticks / CLOCK_TICKS
+
+
 def render_flags(config_path: Path) -> dict[str, Any]:
     run = subprocess.run([sys.executable, "-m", "ascend_runtime.cli", "flags", "--config", str(config_path)],
                          check=False, capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -610,7 +650,10 @@ async def closed_loop(url: str, requests: int, max_tokens: int, prompt_tokens: i
             while queue:
                 index = queue.pop()
                 try:
-                    tokens += await _complete(session, url, prompts[index], max_tokens)
+                    # Not `tokens += await ...`: that reads `tokens` before the await and loses the
+                    # other clients' updates made meanwhile.
+                    generated = await _complete(session, url, prompts[index], max_tokens)
+                    tokens += generated
                     ok += 1
                 except (aiohttp.ClientError, asyncio.TimeoutError, BenchError):
                     failed += 1
@@ -762,18 +805,31 @@ class Bench:
         for seed, side in enumerate(("bare", "runtime")):  # one unmeasured round each
             asyncio.run(closed_loop(targets[side].engine_url, o.requests, o.max_tokens, o.prompt_tokens,
                                     o.concurrency, 100 + seed))
+        rt.state()  # its engine's pid, for the CPU accounting
+        groups = {"bare": {bare.process.pid}, "runtime": set(rt.engine_pids)}
+        cpu: dict[str, list[dict[str, float]]] = {"bare": [], "runtime": []}
         for index, side in enumerate(alternation(o.rounds)):
+            other = "runtime" if side == "bare" else "bare"
+            before = {name: group_cpu_seconds(pgids) for name, pgids in groups.items()}
+            supervisor_before = group_cpu_seconds({rt.process.pid})
             result = asyncio.run(closed_loop(targets[side].engine_url, o.requests, o.max_tokens, o.prompt_tokens,
                                              o.concurrency, 1000 + index))
+            after = {name: group_cpu_seconds(pgids) for name, pgids in groups.items()}
             results[side].append(result)
+            cpu[side].append({"servingEngineS": after[side] - before[side], "idleEngineS": after[other] - before[other],
+                              "runtimeProcessS": group_cpu_seconds({rt.process.pid}) - supervisor_before})
             rps, tps = round_throughput(result)
-            self._say(f"round {index + 1}: {side:<7} {rps:6.2f} req/s {tps:7.1f} tok/s ({result.failed} failed)")
+            self._say(f"round {index + 1}: {side:<7} {rps:6.2f} req/s {tps:7.1f} tok/s ({result.failed} failed); "
+                      f"CPU s: serving {cpu[side][-1]['servingEngineS']:.1f}, idle other "
+                      f"{cpu[side][-1]['idleEngineS']:.1f}, runtime process {cpu[side][-1]['runtimeProcessS']:.2f}")
         rates = {side: [round_throughput(r) for r in rounds] for side, rounds in results.items()}
 
         def side(name: str) -> dict[str, Any]:
             return {"reqPerS": _asdict(summarize([r for r, _ in rates[name]])),
                     "tokPerS": _asdict(summarize([t for _, t in rates[name]])),
                     "failed": sum(r.failed for r in results[name]),
+                    "cpu": {key: _asdict(summarize([entry[key] for entry in cpu[name]]))
+                            for key in ("servingEngineS", "idleEngineS", "runtimeProcessS")},
                     "rounds": [asdict(r) for r in results[name]]}
 
         return {
@@ -825,7 +881,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Print the tables of a report saved with --json; starts nothing.")
     parser.add_argument("--work-dir", default=".cache/runtime-overhead", help="Configs, caches, logs (default: %(default)s).")
     parser.add_argument("--model", default=None, help="A local model directory (default: build the tiny model).")
-    parser.add_argument("--rounds", type=int, default=None, help="Measured rounds per side (default 5; quick 2).")
+    parser.add_argument("--rounds", type=int, default=None, help="Measured rounds per side (default 8; quick 2).")
     parser.add_argument("--requests", type=int, default=48, help="Requests per round (default: %(default)s).")
     parser.add_argument("--max-tokens", type=int, default=64, help="Tokens per request (default: %(default)s).")
     parser.add_argument("--prompt-tokens", type=int, default=32, help="Prompt tokens per request (default: %(default)s).")
@@ -863,7 +919,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
         raise ValueError(f"--first-lengths {args.first_lengths!r}: give comma-separated token counts, e.g. 40,200,440") from None
     if not lengths or any(not 1 <= length <= 480 for length in lengths):
         raise ValueError("--first-lengths: each length must be 1..480 (the model length is 512, 16 tokens are generated)")
-    rounds = args.rounds if args.rounds is not None else (2 if args.quick else 5)
+    rounds = args.rounds if args.rounds is not None else (2 if args.quick else 8)
     checks = {"--rounds": (rounds, 1, 50), "--requests": (args.requests, 1, 10_000),
               "--max-tokens": (args.max_tokens, 1, 256), "--prompt-tokens": (args.prompt_tokens, 1, 192),
               "--concurrency": (args.concurrency, 1, 64)}

@@ -668,7 +668,7 @@ def test_max_capture_size_needs_vllm_0_12() -> None:
     )
 
 
-TSV = Path("/work/shared/reference/vllm-ascend-0.23.0-additional-config-keys.tsv")
+TSV = Path(__file__).resolve().parents[1] / "data" / "vllm-ascend-0.23.0-additional-config-keys.tsv"
 
 
 @pytest.mark.skipif(

@@ -25,7 +25,8 @@ from ascend_runtime.memory.sources import (
     select_sources,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "fixtures" / "npu-smi"
+# The real samples of ../shared/reference/fixtures, copied into the repository (CI has no network).
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "reference-fixtures" / "npu-smi"
 
 
 def runner_for(name: str):

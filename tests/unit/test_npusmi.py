@@ -15,7 +15,8 @@ import pytest
 
 from ascend_runtime.memory.npusmi import NpuSmiParseError, parse_npu_smi
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "fixtures" / "npu-smi"
+# The real samples of ../shared/reference/fixtures, copied into the repository (CI has no network).
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "reference-fixtures" / "npu-smi"
 SAMPLES = sorted(FIXTURES.glob("*.txt"))
 
 

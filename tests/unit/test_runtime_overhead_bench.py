@@ -77,6 +77,15 @@ def test_round_throughput_counts_successful_requests_and_tokens():
         ro.round_throughput(ro.RoundResult(seconds=0.0, ok=1, failed=0, output_tokens=1))
 
 
+def test_parse_proc_stat_counts_fields_after_the_command_name():
+    # A name with spaces and a parenthesis, as VLLM::Worker-style names or scripts can have.
+    line = ("4242 (VLLM::Work er) x) S 4200 4100 4100 0 -1 4194560 9000 0 0 0 "
+            "1234 567 0 0 20 0 3 0 100 1000000 500 18446744073709551615\n")
+    assert ro.parse_proc_stat(line) == (4100, 1801)
+    with pytest.raises(ValueError, match="not a /proc/PID/stat line"):
+        ro.parse_proc_stat("4242 (short) S 1")
+
+
 # -- the runtime's output --------------------------------------------------------------------
 
 RUNTIME_LINES = [
@@ -208,7 +217,7 @@ def test_options_name_the_bad_option(argv, message):
 def test_quick_options_take_fewer_rounds_and_repeats():
     quick = ro.options_from_args(ro.build_parser().parse_args(["--quick"]))
     full = ro.options_from_args(ro.build_parser().parse_args([]))
-    assert (quick.rounds, quick.repeats, full.rounds, full.repeats) == (2, 3, 5, 5)
+    assert (quick.rounds, quick.repeats, full.rounds, full.repeats) == (2, 3, 8, 5)
     assert full.fallback_env == {"CXX": "/bin/false"}
     assert full.first_lengths == [40, 200, 440]
 
@@ -224,8 +233,12 @@ def _summary(median: float, low: float | None = None, high: float | None = None)
 REPORT = {
     "throughput": {
         "load": {"requests": 48, "maxTokens": 64, "promptTokens": 32, "concurrency": 8, "rounds": 3},
-        "bare": {"reqPerS": _summary(10.0, 9.0, 11.0), "tokPerS": _summary(640.0), "failed": 0},
-        "runtime": {"reqPerS": _summary(9.95), "tokPerS": _summary(636.8), "failed": 0},
+        "bare": {"reqPerS": _summary(10.0, 9.0, 11.0), "tokPerS": _summary(640.0), "failed": 0,
+                 "cpu": {"servingEngineS": _summary(7.5), "idleEngineS": _summary(0.1),
+                         "runtimeProcessS": _summary(0.02)}},
+        "runtime": {"reqPerS": _summary(9.95), "tokPerS": _summary(636.8), "failed": 0,
+                    "cpu": {"servingEngineS": _summary(7.6), "idleEngineS": _summary(0.2),
+                            "runtimeProcessS": _summary(0.04)}},
         "ratio": {"reqPerS": _summary(0.995), "tokPerS": _summary(0.995)},
     },
     "firstRequest": [
@@ -247,7 +260,7 @@ def test_goals_judge_throughput_and_warm_runtimes_only():
 
 def test_format_report_renders_the_tables():
     text = ro.format_report({**REPORT, "goals": ro.goals(REPORT)})
-    assert text.splitlines()[:7] == [
+    assert text.splitlines()[:10] == [
         "Throughput: 48 requests x 64 tokens, concurrency 8, 3 rounds per side, alternating; median (min-max, spread)",
         "",
         "| | bare engine | under the runtime | runtime / bare (per pair) |",
@@ -255,6 +268,9 @@ def test_format_report_renders_the_tables():
         "| req/s | 10.00 (9.00-11.00, ±20%) | 9.95 (9.95-9.95, ±0%) | 0.995 (0.995-0.995, ±0%) |",
         "| output tokens/s | 640.00 (640.00-640.00, ±0%) | 636.80 (636.80-636.80, ±0%) | 0.995 (0.995-0.995, ±0%) |",
         "| failed requests | 0 | 0 | |",
+        "| CPU s per round: the serving engine's processes | 7.50 (7.50-7.50, ±0%) | 7.60 (7.60-7.60, ±0%) | |",
+        "| CPU s per round: the other (idle) engine | 0.10 (0.10-0.10, ±0%) | 0.20 (0.20-0.20, ±0%) | |",
+        "| CPU s per round: the runtime process itself | 0.02 (0.02-0.02, ±0%) | 0.04 (0.04-0.04, ±0%) | |",
     ]
     assert ("| runtime-graph-warmup (PIECEWISE) | on | 40 tok: 0.200 / 0.180 = **1.11x**; "
             "440 tok: 0.500 / 0.300 = **1.67x** | 1.11x |") in text
