@@ -388,7 +388,10 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines += ["Fallback (CXX=/bin/false: torch.compile fails, the runtime falls back to eager)", "",
                   "| | seconds |", "|---|---|"]
         lines.append(f"| runtime launch to the InvalidCxxCompiler line | {_f(fb['failureAfterS'], 1)} |")
-        lines.append(f"| failure line to the eager engine launched | {_f(fb['relaunchS'], 2)} |")
+        lines.append(f"| failure line to the eager engine launched (the failed engine stopping) | "
+                     f"{_f(fb['relaunchS'], 2)} |")
+        lines.append(f"| eager engine under the runtime: launch to /health 200 | "
+                     f"{_f(fb['healthyS'] - fb['relaunchS'], 1)} |")
         lines.append(f"| failure line to eager engine /health 200 | {_f(fb['healthyS'], 1)} |")
         lines.append(f"| failure line to Ready (warmup {_f(fb['warmupS'], 2)} s included) | **{_f(fb['readyS'], 1)}** |")
         lines.append(f"| bare eager cold start: launch to /health 200 | {_f(fb['bareEagerHealthS'], 1)} |")

@@ -87,12 +87,15 @@ EXIT_START_FAILED = 3  # the engine never became ready: every rung and restart u
 EXIT_CRASHED = 4  # the engine crashed too often while serving
 EXIT_PREFLIGHT = 5  # devices or memory never became available
 
-#: Seconds between polls of the engine's /health while it starts.
-HEALTH_POLL_S = 1.0
+#: Seconds between polls of the engine's /health while it starts (a poll is one local GET).
+HEALTH_POLL_S = 0.25
 #: Seconds between scrapes of the engine's /metrics for the hang detector.
 METRICS_POLL_S = 5.0
 #: Seconds a failed engine gets to exit on its own before it is killed.
 FAILED_ENGINE_STOP_S = 10.0
+#: The same for an engine that failed its start (capture failure, warmup failure, start budget):
+#: it serves nothing, so there is nothing to drain, and every second delays the next rung.
+FAILED_START_STOP_S = 2.0
 #: Seconds between preflight retries while devices are busy or missing.
 PREFLIGHT_RETRY_S = 10.0
 #: Workers: seconds between polls of the leader's /state.
@@ -484,12 +487,12 @@ class Supervisor:
             return LaunchResult("stopped", "stop requested during start-up")
         if fallback_wait in done:
             reason = self._fallback_reason or "graph capture failed"
-            await engine.stop(FAILED_ENGINE_STOP_S)
+            await engine.stop(FAILED_START_STOP_S)
             return LaunchResult("fallback", reason, Outcome.GRAPH_CAPTURE_FAILURE)
         if exit_task in done:
             return self._exit_result(exit_task.result(), served=False)
         if not healthy.result():
-            await engine.stop(FAILED_ENGINE_STOP_S)
+            await engine.stop(FAILED_START_STOP_S)
             return LaunchResult("crash", f"engine not healthy within runtime.readyTimeoutS "
                                          f"({self.config.runtime.ready_timeout_s} s)", restart_reason="start_timeout")
         # Warmup, raced against the engine dying or a stop.
@@ -518,7 +521,7 @@ class Supervisor:
                                   requests=result.requests, reason=result.reason)
             self.store.set_warmup(report)
             if not result.ok:
-                await engine.stop(FAILED_ENGINE_STOP_S)
+                await engine.stop(FAILED_START_STOP_S)
                 return LaunchResult("crash", f"warmup failed: {result.reason}", restart_reason="warmup_failed")
             log.info("warmup done: %d requests in %.1f s", result.requests, result.seconds)
         else:

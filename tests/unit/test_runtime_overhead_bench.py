@@ -276,3 +276,23 @@ def test_format_report_renders_the_tables():
             "440 tok: 0.500 / 0.300 = **1.67x** | 1.11x |") in text
     assert text.splitlines()[-1] == ("Goals: throughput ratio >= 0.99 met; "
                                      "first request <= 1.5x warm (runtime-graph-warmup) MISSED")
+
+
+def test_format_report_splits_the_fallback_into_stop_and_eager_start():
+    fallback = {"failureAfterS": 55.6, "relaunchS": 10.1, "healthyS": 41.2, "readyS": 42.1, "warmupS": 0.9,
+                "bareEagerHealthS": 41.2, "ratioWithWarmup": 1.0, "ratioHealth": 1.0, "totalReadyS": 97.6}
+    assert ro.format_report({"fallback": fallback}).splitlines() == [
+        "Fallback (CXX=/bin/false: torch.compile fails, the runtime falls back to eager)",
+        "",
+        "| | seconds |",
+        "|---|---|",
+        "| runtime launch to the InvalidCxxCompiler line | 55.6 |",
+        "| failure line to the eager engine launched (the failed engine stopping) | 10.10 |",
+        "| eager engine under the runtime: launch to /health 200 | 31.1 |",
+        "| failure line to eager engine /health 200 | 41.2 |",
+        "| failure line to Ready (warmup 0.90 s included) | **42.1** |",
+        "| bare eager cold start: launch to /health 200 | 41.2 |",
+        "| ratio (failure line to Ready) / (bare eager start + warmup) | **1.00** |",
+        "| ratio (failure line to eager /health) / bare eager start | 1.00 |",
+        "| total launch to Ready with the failed graph attempt | 97.6 |",
+    ]
