@@ -102,6 +102,8 @@ API_VERBS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
     ("", "pods"): frozenset({"list"}),
     ("", "pods/proxy"): frozenset({"get"}),
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
+    # Not a call: the API server checks it when a child's owner reference sets blockOwnerDeletion.
+    (GROUP, f"{PLURAL}/finalizers"): frozenset({"update"}),
 }
 
 _METHOD_PREFIX = {

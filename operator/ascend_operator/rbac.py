@@ -66,6 +66,9 @@ OPERATOR_RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- application (k8s.py)
     Rule((GROUP,), (f"{PLURAL}/status",), ("patch",),
          "Application: writing the computed status (Kube.patch_status)"),
+    Rule((GROUP,), (f"{PLURAL}/finalizers",), ("update",),
+         "Application: owner references with blockOwnerDeletion on the children (required where "
+         "the OwnerReferencesPermissionEnforcement admission plugin runs)"),
     Rule(("",), ("configmaps", "services"), ("get", "list", "create", "patch", "delete"),
          "Application: the engine-config ConfigMap and the Service: read, server-side apply "
          "(create is checked when apply creates), prune"),

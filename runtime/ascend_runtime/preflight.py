@@ -61,9 +61,14 @@ def make_preflight(platform: str, min_free_mb: int,
             process = await asyncio.create_subprocess_exec(
                 tool, "info", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
             )
-            out, _ = await asyncio.wait_for(process.communicate(), timeout=NPU_SMI_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as error:
+        except OSError as error:
             return False, f"npu-smi info failed: {error}"
+        try:
+            out, _ = await asyncio.wait_for(process.communicate(), timeout=NPU_SMI_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            process.kill()  # a hung npu-smi must not pile up on every retry
+            await process.wait()
+            return False, f"npu-smi info did not answer within {NPU_SMI_TIMEOUT_S:.0f} s"
         try:
             report = parse_npu_smi(out.decode("utf-8", errors="replace")).to_json()
         except NpuSmiParseError as error:

@@ -96,6 +96,9 @@ FAILED_ENGINE_STOP_S = 10.0
 #: The same for an engine that failed its start (capture failure, warmup failure, start budget):
 #: it serves nothing, so there is nothing to drain, and every second delays the next rung.
 FAILED_START_STOP_S = 2.0
+#: Seconds the engine gets, beyond its drain budget, to exit after SIGTERM; the operator's
+#: terminationGracePeriodSeconds leaves 15 s beyond preStop + drain for this and the stop.
+DRAIN_EXIT_MARGIN_S = 5.0
 #: Seconds between preflight retries while devices are busy or missing.
 PREFLIGHT_RETRY_S = 10.0
 #: Workers: seconds between polls of the leader's /state.
@@ -141,6 +144,14 @@ class LaunchResult:
     served: bool = False  # reached Ready before it ended
     restart_reason: str = "crash"  # the metric label when the log shows no failure signature
     leader: RuntimeState | None = None  # "follow": the leader state to launch for next
+
+
+async def _reap(task: asyncio.Task) -> None:
+    """Wait for a cancelled helper task; its failure is logged, never raised into a shutdown."""
+
+    await asyncio.wait({task})  # never raises the task's own exception
+    if not task.cancelled() and task.exception() is not None:
+        log.error("health monitor failed: %r", task.exception())
 
 
 class HealthHooks:
@@ -253,6 +264,7 @@ class Supervisor:
                             next_mode.value)
                 kind = result.outcome.value if result.outcome else "graph_failure"
                 self.store.record_fallback(mode, next_mode, result.reason, kind)
+                self._replay_failures.clear()  # they counted against the rung just left
                 rung += 1
                 continue
             restarts += 1
@@ -348,6 +360,7 @@ class Supervisor:
         assert engine.pid is not None
         self.store.state.engine_pid = engine.pid
         self.health.start(engine.pid)
+        self.store.set_live(True, [])  # verdicts about the previous engine do not carry over
         exit_task = asyncio.create_task(engine.wait(), name="engine-exit")
         try:
             result = await self._start_phase(engine, exit_task, launched)
@@ -563,8 +576,7 @@ class Supervisor:
         finally:
             for task in (monitor, stop_wait, fallback_wait):
                 task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await monitor
+            await _reap(monitor)
             self._serving = False
 
     async def _monitor(self) -> None:
@@ -580,7 +592,10 @@ class Supervisor:
                 await loop.run_in_executor(None, self.health.sample_memory)
             text = await self.engine_metrics_text()
             if text:
-                self.health.observe_engine_metrics(text)
+                try:
+                    self.health.observe_engine_metrics(text)
+                except ValueError as error:  # an exposition the parser rejects: skip this round
+                    log.warning("engine /metrics not understood: %s", error)
             healthy, reasons, details = self.health.verdict()
             self.store.state.health = details
             memory = details.get("memory") or {}
@@ -604,10 +619,10 @@ class Supervisor:
         if engine.process is not None and engine.running():
             with contextlib.suppress(ProcessLookupError):
                 engine.process.send_signal(signal.SIGTERM)
-        remaining = max(budget - (time.monotonic() - started), 0) + FAILED_ENGINE_STOP_S
+        remaining = max(budget - (time.monotonic() - started), 0) + DRAIN_EXIT_MARGIN_S
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.shield(exit_task), timeout=remaining)
-        await engine.stop(FAILED_ENGINE_STOP_S)
+        await engine.stop(FAILED_START_STOP_S)
         log.info("drained and stopped in %.1f s", time.monotonic() - started)
 
     async def _requests_in_flight(self) -> float:
@@ -718,6 +733,7 @@ class Supervisor:
         assert engine.pid is not None
         self.store.state.engine_pid = engine.pid
         self.health.start(engine.pid)
+        self.store.set_live(True, [])  # verdicts about the previous engine do not carry over
         exit_task = asyncio.create_task(engine.wait(), name="worker-exit")
         stop_wait = asyncio.create_task(self.stop_requested.wait())
         monitor: asyncio.Task[None] | None = None
@@ -765,8 +781,7 @@ class Supervisor:
             stop_wait.cancel()
             if monitor is not None:
                 monitor.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await monitor
+                await _reap(monitor)
             await engine.stop(FAILED_ENGINE_STOP_S)
             if not exit_task.done():
                 exit_task.cancel()

@@ -33,6 +33,9 @@ NAMESPACE = "llm"
 RESYNC_S = 0.25
 #: The longest a test waits for the operator to converge (it normally takes well under a second).
 CONVERGE_S = 10.0
+#: The longest the operator may take to start (first client import, discovery); generous because
+#: a loaded 2-core CI machine can be several times slower than a quiet one.
+START_S = 30.0
 #: The longest stopping may take: kopf gives a daemon in mid-pass its cancellation timeout (10 s)
 #: and leftover tasks 5 s more; a normal stop takes a fraction of a second.
 STOP_S = 30.0
@@ -103,7 +106,7 @@ class OperatorRun:
             memo=kopf.Memo({SETTINGS_KEY: self.settings}), settings=kopf.OperatorSettings(),
         )
         self._task = asyncio.create_task(kopf.run_tasks(tasks, ignored=self._ignored))
-        await asyncio.wait_for(ready.wait(), CONVERGE_S)
+        await asyncio.wait_for(ready.wait(), START_S)
 
     async def stop(self) -> None:
         if self._task is None or self._stop is None:
