@@ -353,15 +353,8 @@ class Supervisor:
         self._fallback = asyncio.Event()
         self._fallback_reason = None
         self._serving = False
-        engine = EngineProcess(plan.engine_argv, plan.env, self._on_event, echo=self.echo_engine)
-        self.engine = engine
         launched = time.monotonic()
-        await engine.start()
-        assert engine.pid is not None
-        self.store.state.engine_pid = engine.pid
-        self.health.start(engine.pid)
-        self.store.set_live(True, [])  # verdicts about the previous engine do not carry over
-        exit_task = asyncio.create_task(engine.wait(), name="engine-exit")
+        engine, exit_task = await self._start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit")
         try:
             result = await self._start_phase(engine, exit_task, launched)
             if result is not None:
@@ -472,6 +465,19 @@ class Supervisor:
             stopped, _ = await self._until_stopped(asyncio.sleep(WORKERS_POLL_S))
             if stopped:
                 return LaunchResult("stopped", "stop requested while waiting for the workers")
+
+    async def _start_engine(self, argv: list[str], env: dict[str, str], on_event: Callable[[Event], None],
+                            name: str) -> tuple[EngineProcess, asyncio.Task[EngineExit]]:
+        """Start the child, point the health monitor at it, and watch for its exit."""
+
+        engine = EngineProcess(argv, env, on_event, echo=self.echo_engine)
+        self.engine = engine
+        await engine.start()
+        assert engine.pid is not None
+        self.store.state.engine_pid = engine.pid
+        self.health.start(engine.pid)
+        self.store.set_live(True, [])  # verdicts about the previous engine do not carry over
+        return engine, asyncio.create_task(engine.wait(), name=name)
 
     def _exit_result(self, exited: EngineExit, served: bool) -> LaunchResult:
         outcome = exited.outcome.outcome
@@ -727,14 +733,7 @@ class Supervisor:
         self.store.state.engine_pid = None
         mode_text = f" in {target.value} mode" if following else ""
         self.store.set_phase(RuntimePhase.LOADING, f"launching the {what}{mode_text} for the leader at {url}")
-        engine = EngineProcess(argv, plan.env, self._on_worker_event, echo=self.echo_engine)
-        self.engine = engine
-        await engine.start()
-        assert engine.pid is not None
-        self.store.state.engine_pid = engine.pid
-        self.health.start(engine.pid)
-        self.store.set_live(True, [])  # verdicts about the previous engine do not carry over
-        exit_task = asyncio.create_task(engine.wait(), name="worker-exit")
+        engine, exit_task = await self._start_engine(argv, plan.env, self._on_worker_event, "worker-exit")
         stop_wait = asyncio.create_task(self.stop_requested.wait())
         monitor: asyncio.Task[None] | None = None
         served = False
