@@ -45,7 +45,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import random
 import re
@@ -94,17 +93,9 @@ class BenchError(RuntimeError):
 # Pure parts
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100), linear between ranks; None when empty."""
-
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is outside 0..100")
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+# The same percentile as the load generator's, beside this file (run as a script or loaded by path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import percentile  # noqa: E402
 
 
 @dataclass(frozen=True)
