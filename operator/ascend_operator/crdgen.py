@@ -215,7 +215,8 @@ def openapi_schema() -> dict[str, Any]:
                 "description": "APIVersion defines the versioned schema of this representation of an object.",
             },
             "kind": {"type": "string", "description": "Kind is the REST resource this object represents."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            # The API server refuses anything but ``type`` here (metadata is implicitly specified).
+            "metadata": {"type": "object"},
             "spec": model_schema(api.AscendLLMDeploymentSpec),
             "status": model_schema(api.AscendLLMDeploymentStatus),
         },
