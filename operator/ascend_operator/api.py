@@ -929,8 +929,12 @@ class AscendLLMDeploymentSpec(_Spec):
         le=1024,
         description=(
             "Number of engine replicas (groups of nodesPerReplica pods). With autoscaling enabled "
-            "the autoscaler writes it through the scale subresource. Default: 1."
+            "the autoscaler writes it through the scale subresource. Default: 1 (set by the API "
+            "server, so the scale subresource, HPAs and KEDA always read a number)."
         ),
+        # The scale subresource reads the stored object: without a stored value an HPA sees no
+        # replicas (scaling disabled) and KEDA sees 0 while the operator runs one.
+        json_schema_extra={"x-ascend-server-default": DEFAULT_REPLICAS},
     )
     nodes_per_replica: int = Field(
         DEFAULT_NODES_PER_REPLICA,
@@ -1294,6 +1298,7 @@ class Phase(str, enum.Enum):
     CAPTURING_GRAPHS = "CapturingGraphs"
     WARMING_UP = "WarmingUp"
     READY = "Ready"
+    SCALING = "Scaling"
     DEGRADED = "Degraded"
     FAILED = "Failed"
     STOPPED = "Stopped"

@@ -14,7 +14,10 @@ conversion (:func:`structural`):
 - turns ``patternProperties`` / ``propertyNames`` (keys of typed dicts) into ``additionalProperties``
   plus a CEL rule on the keys, which structural schemas cannot express otherwise;
 - rewrites draft-2020 numeric ``exclusiveMinimum: x`` into OpenAPI's ``minimum: x,
-  exclusiveMinimum: true``; drops ``title`` and ``default`` (defaults live in the model);
+  exclusiveMinimum: true``; drops ``title`` and ``default`` (defaults live in the model), except
+  where a field asks the API server to default it (``SERVER_DEFAULT`` in its schema extra: a
+  field other controllers read from the stored object, such as ``spec.replicas`` for the scale
+  subresource);
 - keeps ``x-kubernetes-validations`` (CEL) that :data:`ascend_operator.api.SPEC_RULES` attached.
 
 Anything else it does not understand is an error, not silently passed through.
@@ -36,6 +39,8 @@ CRD_FILENAME = f"{api.GROUP}_{api.PLURAL}.yaml"
 CRD_PATHS = (Path("crds") / CRD_FILENAME, Path("charts/ascend-llm-operator/crds") / CRD_FILENAME)
 
 _DROP = {"title", "default", "examples"}
+#: Schema-extra key of a field whose default the API server must apply (see the module docstring).
+SERVER_DEFAULT = "x-ascend-server-default"
 _PASS = {
     "type",
     "description",
@@ -140,9 +145,12 @@ def structural(node: dict[str, Any], defs: dict[str, Any], path: str = "") -> di
     for key, value in node.items():
         if key in _DROP:
             continue
-        if key not in _PASS and key not in {"patternProperties", "propertyNames", "const", "$defs"}:
+        if key not in _PASS and key not in {"patternProperties", "propertyNames", "const", "$defs", SERVER_DEFAULT}:
             raise SchemaConversionError(f"{path or '<root>'}: unsupported JSON Schema keyword {key!r}")
         if key == "$defs":
+            continue
+        if key == SERVER_DEFAULT:
+            out["default"] = value
             continue
         if key == "const":
             out["enum"] = [value]

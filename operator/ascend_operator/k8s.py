@@ -8,8 +8,11 @@ the API error policy lives in one place:
   other controllers set (a Service's clusterIP, defaulted fields) are kept, and a missing child is
   created by the same request. ``force`` is deliberate: a field someone took over with
   ``kubectl edit`` comes back under the operator's control (that is the reconcile).
-- A child is written only when its ``llm.ascend.dev/spec-hash`` annotation differs from the
-  desired one, so a resync that changes nothing sends no write.
+- A child is written when its ``llm.ascend.dev/spec-hash`` annotation differs from the desired
+  one, or when a field the operator sets drifted (someone edited, scaled or replaced it; see
+  ``ascend_operator.drift``); a resync that finds neither sends no write.
+- A child the API server refuses (HTTP 400, 403, 409, 422: invalid, forbidden by admission or
+  quota) is reported as :class:`ChildRefused` with the server's message, which names the field.
 - A child that exists but is not owned by the resource (no owner reference with its uid) is never
   touched: :meth:`Kube.ensure` reports a conflict instead.
 - Custom-resource children (LeaderWorkerSet, KEDA ScaledObject) go through ``CustomObjectsApi``;
@@ -22,19 +25,23 @@ for the settings' ``discovery_ttl_s`` and refreshed by the first reconcile (usua
 that. ``/api`` and ``/apis`` are non-resource URLs that the built-in ``system:discovery``
 ClusterRole lets every authenticated client read, so they need no rule in ``ascend_operator.rbac``.
 
-The client is synchronous; every call runs in a worker thread (``asyncio.to_thread``) so kopf's
-event loop never blocks. The :class:`kubernetes.client.ApiClient` is created once per process
-(its first use costs about a second of lazy imports).
+The client is synchronous; every call runs in one of the :class:`Kube`'s own worker threads so
+kopf's event loop never blocks, and the client's connection pool holds one connection per worker
+(urllib3 would otherwise discard connections: "Connection pool is full"). The
+:class:`kubernetes.client.ApiClient` is created once per process (its first use costs about a
+second of lazy imports).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -47,6 +54,7 @@ from pydantic import ValidationError
 
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import SPEC_HASH_ANNOTATION
+from ascend_operator.drift import find_drift
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +101,10 @@ POD = ChildKind("Pod", "v1", "pods", "CoreV1Api", "pod")
 
 CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT)
 KINDS_BY_NAME: Final = {kind.kind: kind for kind in (*CHILD_KINDS, POD)}
+#: Watched (by kopf, filtered by the resource label): every child kind and the pods.
+WATCHED_KINDS: Final = (*CHILD_KINDS, POD)
+#: HTTP statuses with which the API server refuses an object as sent (not a transient failure).
+REFUSED_STATUSES: Final = frozenset({400, 403, 409, 422})
 
 #: Every (apiGroup, resource) -> verbs this module calls. :meth:`Kube._call` refuses any other
 #: combination, and ``ascend_operator.rbac`` must grant exactly these (a unit test compares).
@@ -121,6 +133,7 @@ class Outcome(str, enum.Enum):
     CREATED = "created"
     UPDATED = "updated"
     UNCHANGED = "unchanged"
+    REPAIRED = "repaired"  # fields the operator sets had drifted and were set back
     CONFLICT = "conflict"  # a same-named object the resource does not own
 
 
@@ -130,13 +143,38 @@ class EnsureResult:
     kind: str
     name: str
     detail: str = ""
+    #: The object as the server has it after this call (the apply response, or the live object).
+    live: Mapping[str, Any] | None = None
 
 
-def connect(api_server: str | None = None) -> kubernetes.client.ApiClient:
+class ChildRefused(Exception):
+    """The API server refused a child as built; ``message`` is the server's (it names the field)."""
+
+    def __init__(self, kind: str, name: str, status: int, message: str) -> None:
+        super().__init__(f"the API server refused {kind} {name} (HTTP {status}): {message}")
+        self.kind, self.name, self.status, self.message = kind, name, status, message
+
+
+def server_message(error: ApiException) -> str:
+    """The ``message`` of a Kubernetes ``Status`` body, else the HTTP reason."""
+
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        body = None
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return str(error.reason or error.status)
+
+
+def connect(api_server: str | None = None, *, pool_size: int | None = None) -> kubernetes.client.ApiClient:
     """One API client: ``api_server`` without TLS checks (tests, local development); otherwise the
-    in-cluster service account, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``)."""
+    in-cluster service account, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``).
+    ``pool_size`` sizes the connection pool (one per thread that calls the client)."""
 
     configuration = kubernetes.client.Configuration()
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = pool_size
     if api_server:
         configuration.host = api_server.rstrip("/")
         configuration.verify_ssl = False
@@ -163,8 +201,9 @@ class Kube:
     """The API calls of the reconcile, each run in a worker thread."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient, *, field_manager: str,
-                 state_timeout_s: float) -> None:
+                 state_timeout_s: float, workers: int = 8) -> None:
         self._client = api_client
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-llm-api")
         self._field_manager = field_manager
         self._state_timeout_s = state_timeout_s
         # Built now, at start-up: the first use of an API class costs about a second of imports.
@@ -177,7 +216,12 @@ class Kube:
         self._discovery_lock = asyncio.Lock()
 
     def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
         self._client.close()
+
+    async def _in_thread(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(method, *args, **kwargs))
 
     # ------------------------------------------------------------------ the choke point
 
@@ -203,7 +247,7 @@ class Kube:
         else:
             method = getattr(self._api(kind.api), _METHOD_PREFIX[verb] + kind.method_suffix)
             call_args = (*named, namespace, *args)
-        response = await asyncio.to_thread(method, *call_args, _preload_content=False, **kwargs)
+        response = await self._in_thread(method, *call_args, _preload_content=False, **kwargs)
         data = response.data
         return json.loads(data) if data else None
 
@@ -234,16 +278,24 @@ class Kube:
         return items
 
     async def apply(self, kind: ChildKind, child: Mapping[str, Any]) -> dict[str, Any]:
+        """Server-side apply; a refusal of the object as sent raises :class:`ChildRefused`."""
+
         meta = child["metadata"]
-        return await self._call(
-            kind, "patch", meta["namespace"], meta["name"], dict(child),
-            field_manager=self._field_manager, force=True, _content_type=APPLY_CONTENT_TYPE,
-        )
+        try:
+            return await self._call(
+                kind, "patch", meta["namespace"], meta["name"], dict(child),
+                field_manager=self._field_manager, force=True, _content_type=APPLY_CONTENT_TYPE,
+            )
+        except ApiException as error:
+            if error.status in REFUSED_STATUSES:
+                raise ChildRefused(kind.kind, meta["name"], error.status, server_message(error)) from error
+            raise
 
     async def ensure(self, child: Mapping[str, Any], owner_uid: str) -> EnsureResult:
         """Make ``child`` (a complete manifest with owner reference and spec-hash) exist as built.
 
-        Reads the live object; applies only when it is missing or its spec-hash differs.
+        Reads the live object; applies when it is missing, its spec-hash differs, or a field the
+        operator sets drifted (:func:`ascend_operator.drift.find_drift`).
         """
 
         kind = KINDS_BY_NAME[child["kind"]]
@@ -254,10 +306,17 @@ class Kube:
             return EnsureResult(Outcome.CONFLICT, kind.kind, name,
                                 f"{kind.kind} {namespace}/{name} exists and is not owned by this resource; "
                                 "rename or delete it")
+        drift: list[str] = []
         if live is not None and spec_hash(live) == spec_hash(child):
-            return EnsureResult(Outcome.UNCHANGED, kind.kind, name)
-        await self.apply(kind, child)
-        return EnsureResult(Outcome.CREATED if live is None else Outcome.UPDATED, kind.kind, name)
+            drift = find_drift(child, live)
+            if not drift:
+                return EnsureResult(Outcome.UNCHANGED, kind.kind, name, live=live)
+        applied = await self.apply(kind, child)
+        if live is None:
+            return EnsureResult(Outcome.CREATED, kind.kind, name, live=applied)
+        if drift:
+            return EnsureResult(Outcome.REPAIRED, kind.kind, name, "drifted: " + ", ".join(drift), live=applied)
+        return EnsureResult(Outcome.UPDATED, kind.kind, name, live=applied)
 
     async def delete(self, kind: ChildKind, namespace: str, name: str) -> bool:
         """Delete one child; ``False`` when it was already gone."""
@@ -307,7 +366,7 @@ class Kube:
             return found
 
     async def _discover(self) -> frozenset[str]:
-        response = await asyncio.to_thread(self._api("ApisApi").get_api_versions, _preload_content=False)
+        response = await self._in_thread(self._api("ApisApi").get_api_versions, _preload_content=False)
         body = json.loads(response.data) if response.data else {}
         group_versions = {
             version["groupVersion"]
@@ -319,26 +378,25 @@ class Kube:
 
     # ------------------------------------------------------------------ the resource's status
 
-    async def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
-        """Merge-patch ``status`` of the resource through its status subresource; ``False`` when
-        the resource is gone."""
-
+    async def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Merge-patch ``status`` of the resource through its status subresource; the resource as
+        the server has it afterwards, or ``None`` when it is gone."""
 
         resource = f"{PLURAL}/status"
         if "patch" not in API_VERBS[(GROUP, resource)]:
             raise PermissionError(f"patch on {resource} is not declared in k8s.API_VERBS")
         api = self._api("CustomObjectsApi")
         try:
-            await asyncio.to_thread(
+            response = await self._in_thread(
                 api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURAL, name,
                 {"status": dict(patch)}, field_manager=self._field_manager,
                 _content_type="application/merge-patch+json", _preload_content=False,
             )
         except ApiException as error:
             if error.status == 404:
-                return False
+                return None
             raise
-        return True
+        return json.loads(response.data)
 
     # ------------------------------------------------------------------ pods and runtime state
 

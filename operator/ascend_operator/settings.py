@@ -185,7 +185,21 @@ class OperatorSettings(BaseSettings):
     # --- kopf / API ------------------------------------------------------------------------
     peering_name: str = Field("ascend-llm-operator", description="kopf peering object for leader election.")
     standalone: bool = Field(False, description="Run without peering (one operator replica, tests).")
-    resync_interval_s: float = Field(60.0, gt=0, description="Timer that re-reconciles and reads pod state.")
+    resync_interval_s: float = Field(
+        60.0, gt=0,
+        description="Steady-state resync of each resource (runtime /state, leak and mode changes); "
+                    "watches of the resource, its children and pods trigger a reconcile at once.",
+    )
+    # The runtime's start-up phases (Loading -> CapturingGraphs -> WarmingUp) are not API objects;
+    # while a replica starts its /state is polled this often so status follows within seconds.
+    progress_poll_interval_s: float = Field(
+        5.0, gt=0, description="Reconcile interval while a replica is starting (runtime phase polling)."
+    )
+    # Reconciles run concurrently up to this many; the API client pool and its worker threads are
+    # sized from it, so no request waits for (or discards) a pooled connection.
+    max_concurrent_reconciles: int = Field(16, ge=1, le=256, description="Reconciles running at once.")
+    retry_backoff_base_s: float = Field(2.0, gt=0, description="First retry delay after a failed reconcile.")
+    retry_backoff_max_s: float = Field(300.0, gt=0, description="Longest retry delay (exponential backoff).")
     status_read_timeout_s: float = Field(5.0, gt=0, description="Timeout of one pod /state read.")
     # What the cluster serves (KEDA, custom metrics, LeaderWorkerSet) changes only when someone
     # installs or removes an add-on; 300 s means such a change is noticed within 5 minutes while

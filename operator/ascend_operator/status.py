@@ -13,11 +13,18 @@ in place. That, and nothing in the status depending on the current time otherwis
 a status stable across resyncs.
 
 Phase precedence, from the pods (terminating pods are ignored):
-``Stopped`` (0 replicas wanted) > ``Pending`` (no pods yet) > ``Ready`` (ready == wanted, no
-degraded runtime) > ``Degraded`` (some ready, or a runtime reports Degraded) > ``Failed`` (none
-ready and some pod failed: crash loop, image error, failed runtime) > ``WaitingForNPU`` (a pod is
+``Stopped`` (0 replicas wanted) > ``Pending`` (no pods yet) > ``Scaling`` (more ready replicas
+than wanted: surplus pods are still being removed) > ``Ready`` (ready == wanted, no degraded
+runtime) > ``Degraded`` (some ready, or a runtime reports Degraded) > ``Failed`` (none ready and
+some pod failed: crash loop, image error, failed runtime) > ``WaitingForNPU`` (a pod is
 unschedulable for lack of the NPU resource) > the least advanced start-up phase of the pods
 (``Pending``, ``Loading``, ``CapturingGraphs``, ``WarmingUp``).
+
+What the API server reports overrides the pods: a child it refused (``Progressing`` reason
+``ChildRefused``) or a workload that cannot make pods (the Deployment's ``ReplicaFailure``
+condition: no PriorityClass, quota exceeded, admission refused) makes the phase ``Failed`` when
+no replica is ready and ``Degraded`` otherwise; a refused spec is ``Failed``. The phase is
+``Ready`` exactly when the ``Ready`` condition is True.
 
 Multi-node replicas (``nodesPerReplica`` > 1, one LeaderWorkerSet group each): the pods are
 grouped by LWS's ``group-index`` label; a group is one replica, ready when all its pods exist and
@@ -61,7 +68,10 @@ CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, WAITING_FOR_NPU, AUTOSCALING, G
 
 #: Progressing reasons that stop the reconcile from making the workload (Warning Event each).
 CHILD_CONFLICT = "ChildConflict"
+CHILD_REFUSED = "ChildRefused"
 LWS_NOT_INSTALLED = "LeaderWorkerSetNotInstalled"
+#: Progressing reason when the workload reports it cannot make pods, if its condition has none.
+WORKLOAD_FAILURE = "WorkloadFailure"
 AUTOSCALING_DISABLED = "AutoscalingDisabled"
 #: How many pods a message names before it says "and N more".
 NAMED_PODS = 5
@@ -141,6 +151,10 @@ class Observation:
     autoscaling: AutoscalingObservation | None = None
     #: Why the LeaderWorkerSet cannot be made (the cluster does not serve its API), if so.
     lws_missing: str | None = None
+    #: The API server's refusal of a child (kind, name and the server's message), if any.
+    refused: str | None = None
+    #: The live workload (Deployment or LeaderWorkerSet), for its conditions.
+    workload: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -389,6 +403,26 @@ def _replicas(observation: Observation) -> list[_Replica]:
 # ------------------------------------------------------------------------------- aggregation
 
 
+def workload_failure(workload: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """``(reason, message)`` when the workload says it cannot make its pods, else ``None``.
+
+    A Deployment copies its ReplicaSet's pod-creation failure into ``ReplicaFailure`` (reason
+    ``FailedCreate``, the API server's message); ``Progressing`` False means the rollout passed
+    its deadline. A LeaderWorkerSet is read the same way.
+    """
+
+    if not workload:
+        return None
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    for condition in conditions:
+        if condition.get("type") == "ReplicaFailure" and condition.get("status") == "True":
+            return condition.get("reason") or WORKLOAD_FAILURE, condition.get("message") or "pods cannot be created"
+    for condition in conditions:
+        if condition.get("type") == "Progressing" and condition.get("status") == "False":
+            return condition.get("reason") or WORKLOAD_FAILURE, condition.get("message") or "the rollout is stuck"
+    return None
+
+
 def _aggregate_phase(wanted: int, replicas: list[_Replica], ready: int) -> tuple[Phase, str]:
     if wanted == 0:
         return Phase.STOPPED, "0 replicas requested"
@@ -396,7 +430,9 @@ def _aggregate_phase(wanted: int, replicas: list[_Replica], ready: int) -> tuple
         return Phase.PENDING, "no pods yet"
     summary = f"{ready}/{wanted} replicas ready"
     degraded = [r for r in replicas if r.ready and r.phase == Phase.DEGRADED]
-    if ready >= wanted and not degraded:
+    if ready > wanted:
+        return Phase.SCALING, f"{summary}: {ready - wanted} surplus replica(s) being removed"
+    if ready == wanted and not degraded:
         return Phase.READY, summary
     not_serving = [r for r in replicas if not r.ready or r.phase == Phase.DEGRADED]
     detail = "; ".join(f"{r.name}: {r.phase.value} ({r.why})" for r in not_serving)
@@ -571,6 +607,12 @@ def compute_status(
     updated = sum(1 for r in replicas if r.updated)
     phase, why = _aggregate_phase(wanted, replicas, ready)
     generation = observation.generation
+    failure = workload_failure(observation.workload)
+    # What the API server says overrides what the pods show (see the module docstring).
+    blocked = observation.refused or (f"{failure[0]}: {failure[1]}" if failure else None)
+    if blocked and wanted > 0:
+        phase = Phase.DEGRADED if ready > 0 else Phase.FAILED
+        why = f"{ready}/{wanted} replicas ready; {blocked}"
 
     conditions = [dict(c) for c in previous.get("conditions") or []]
 
@@ -578,11 +620,15 @@ def compute_status(
         nonlocal conditions
         conditions = set_condition(conditions, type_, status, reason, message, now, generation)
 
-    all_ready = wanted > 0 and ready >= wanted and phase == Phase.READY
+    all_ready = wanted > 0 and phase == Phase.READY
     put(READY, all_ready if wanted > 0 else False, "AllReplicasReady" if all_ready else phase.value, why)
     rollout_done = updated >= wanted and ready >= wanted and len(replicas) <= wanted
-    if observation.conflicts:
+    if observation.refused:
+        put(PROGRESSING, False, CHILD_REFUSED, observation.refused)
+    elif observation.conflicts:
         put(PROGRESSING, False, CHILD_CONFLICT, "; ".join(observation.conflicts))
+    elif failure:
+        put(PROGRESSING, False, failure[0], failure[1])
     elif observation.lws_missing:
         put(PROGRESSING, False, LWS_NOT_INSTALLED,
             observation.lws_missing + "; the children are left as they were until then")
@@ -648,6 +694,7 @@ def invalid_spec_status(
                                now, generation)
     status["conditions"] = _ordered(conditions)
     status["observedGeneration"] = generation
+    status["phase"] = Phase.FAILED.value
     return status
 
 
@@ -655,6 +702,9 @@ def invalid_spec_status(
 
 #: Conditions whose turning True (or changing while True) is announced with a Warning Event.
 _WARN_WHEN_TRUE = (GRAPH_MODE_FALLBACK, LEAK_SUSPECTED, INVALID_SPEC)
+#: Progressing False for these reasons is no problem; any other reason (a refused or conflicting
+#: child, a workload that cannot make pods, LeaderWorkerSet missing) is a Warning Event per message.
+_PROGRESSING_OK_REASONS = frozenset({"RolloutComplete", "ReplicasFailed"})
 
 
 def transition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -686,7 +736,9 @@ def _condition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
             after["status"], after["reason"], after["message"])
         if not changed:
             continue
-        if type_ in _WARN_WHEN_TRUE and after["status"] == "True" or type_ == PROGRESSING and after["reason"] in (CHILD_CONFLICT, LWS_NOT_INSTALLED):
+        if type_ in _WARN_WHEN_TRUE and after["status"] == "True" or (
+                type_ == PROGRESSING and after["status"] == "False"
+                and after["reason"] not in _PROGRESSING_OK_REASONS):
             events.append(("Warning", after["reason"], after["message"]))
         elif type_ == READY and after["status"] == "True" and before.get("status") != "True":
             events.append(("Normal", "Ready", after["message"]))

@@ -128,7 +128,8 @@ def test_chip_presets_choose_resource_image_and_dtype(
     children = render(spec)
     engine = container(children)
     per_replica = parse_spec(spec).npu.per_replica
-    assert engine["resources"] == {"requests": {resource: per_replica}, "limits": {resource: per_replica}}
+    assert engine["resources"]["limits"] == {resource: per_replica}
+    assert engine["resources"]["requests"][resource] == per_replica
     assert engine["env"][0] == {
         "name": "ASCEND_VISIBLE_DEVICES",
         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{resource}']"}},
@@ -421,7 +422,7 @@ EXPECTED_A3_DEPLOYMENT = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen3-30b-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "36701637bc2e0ea1"},
+            "annotations": {"llm.ascend.dev/spec-hash": "583a6729fb8c9ef7"},
         },
         "spec": {
             "replicas": 1,
@@ -474,7 +475,7 @@ EXPECTED_A3_DEPLOYMENT = {
                                 }
                             ],
                             "resources": {
-                                "requests": {"huawei.com/Ascend910": 4},
+                                "requests": {"huawei.com/Ascend910": 4, "cpu": "32", "memory": "256Gi"},
                                 "limits": {"huawei.com/Ascend910": 4},
                             },
                             "volumeMounts": [
@@ -956,7 +957,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v2-lite",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "f0c656b184c3058f"},
+            "annotations": {"llm.ascend.dev/spec-hash": "56c081d6991f8899"},
         },
         "spec": {
             "replicas": 1,
@@ -1014,7 +1015,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                                 },
                             ],
                             "resources": {
-                                "requests": {"huawei.com/Ascend910": 8},
+                                "requests": {"huawei.com/Ascend910": 8, "cpu": "64", "memory": "512Gi"},
                                 "limits": {"huawei.com/Ascend910": 8},
                             },
                             "volumeMounts": [
@@ -1492,7 +1493,7 @@ EXPECTED_SMALL_310P = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen-small-310p",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "01520d5c0af31eeb"},
+            "annotations": {"llm.ascend.dev/spec-hash": "3af4299af50804ff"},
         },
         "spec": {
             "replicas": 2,
@@ -1547,7 +1548,7 @@ EXPECTED_SMALL_310P = {
                                 {"name": "MODELSCOPE_CACHE", "value": "/var/cache/ascend-llm/modelscope"},
                             ],
                             "resources": {
-                                "requests": {"huawei.com/Ascend310P": 1},
+                                "requests": {"huawei.com/Ascend310P": 1, "cpu": "4", "memory": "24Gi"},
                                 "limits": {"huawei.com/Ascend310P": 1},
                             },
                             "volumeMounts": [

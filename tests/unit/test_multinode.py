@@ -723,7 +723,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-r1-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "e2f0f5537d5522e6"},
+            "annotations": {"llm.ascend.dev/spec-hash": "9fbe9fc3e61f0d8f"},
         },
         "spec": {
             "replicas": 1,
@@ -783,7 +783,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                     },
                                 ],
                                 "resources": {
-                                    "requests": {"huawei.com/Ascend910": 16},
+                                    "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
                                     "limits": {"huawei.com/Ascend910": 16},
                                 },
                                 "volumeMounts": [
@@ -894,7 +894,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                     },
                                 ],
                                 "resources": {
-                                    "requests": {"huawei.com/Ascend910": 16},
+                                    "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
                                     "limits": {"huawei.com/Ascend910": 16},
                                 },
                                 "volumeMounts": [

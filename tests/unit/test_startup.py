@@ -1,4 +1,4 @@
-"""ascend_operator.handlers.handle_startup.configure: kopf settings for HA (peering priority).
+"""ascend_operator.handlers.handle_startup.tune_kopf: kopf settings for HA (peering priority).
 
 Covered: replicas with peering get distinct priorities (kopf pauses every operator when two peers
 share one), stable per pod name, from POD_ID before HOSTNAME, random without either; a priority
@@ -7,16 +7,13 @@ given on the command line (--priority) is kept; standalone operators are left at
 
 from __future__ import annotations
 
-import logging
-
 import kopf
 import pytest
 from ascend_operator.handlers.handle_startup import (
     KOPF_DEFAULT_PRIORITY,
     PRIORITY_SPACE,
-    SETTINGS_KEY,
-    configure,
     peering_priority,
+    tune_kopf,
 )
 from ascend_operator.settings import OperatorSettings
 
@@ -31,9 +28,7 @@ def configured(monkeypatch: pytest.MonkeyPatch, *, standalone: bool, pod: str | 
     settings = kopf.OperatorSettings()
     if priority is not None:
         settings.peering.priority = priority  # as kopf's --priority sets it before start-up
-    # No request is sent: configure only builds the API client.
-    ops = OperatorSettings(standalone=standalone, api_server="http://127.0.0.1:9")
-    configure(settings, kopf.Memo({SETTINGS_KEY: ops}), logging.getLogger("test"))
+    tune_kopf(settings, OperatorSettings(standalone=standalone))
     return settings
 
 

@@ -261,6 +261,7 @@ def test_invalid_spec_status_keeps_what_was_observed() -> None:
     assert status == {
         **{k: v for k, v in previous.items() if k != "kopf"},
         "observedGeneration": 4,
+        "phase": "Failed",
         "conditions": [
             {"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": "the spec is invalid; see InvalidSpec",
              "lastTransitionTime": T5, "observedGeneration": 4},

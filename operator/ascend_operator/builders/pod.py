@@ -2,7 +2,8 @@
 
 One container, ``engine``, runs ``ascend-llm run --config /etc/ascend-llm/engine-config.yaml``.
 
-- NPUs: ``<resourceName>: perReplica`` in requests and limits; ``ASCEND_VISIBLE_DEVICES`` from the
+- NPUs: ``<resourceName>: perReplica`` in requests and limits, and host CPU and memory requests
+  from the chip (:data:`HOST_REQUESTS_PER_NPU`) unless the spec sets its own; ``ASCEND_VISIBLE_DEVICES`` from the
   device plugin's pod annotation of the same name as the resource (``metadata.annotations[...]``);
   with ``hostMounts: driver`` the driver, DCMI, npu-smi and install info are mounted from the node
   (clusters without the Ascend Docker Runtime). Devices come from the device plugin, so the pod
@@ -33,6 +34,7 @@ from typing import Any
 
 from ascend_runtime.config import (
     CONFIG_FILE_KEY,
+    Chip,
     DEFAULT_CONFIG_PATH,
     DEFAULT_ENGINE_PORT,
     DEFAULT_RUNTIME_PORT,
@@ -74,13 +76,51 @@ def _quantities(resource_list: Any) -> dict[str, int | str]:
     return out
 
 
-def _resources(spec: AscendLLMDeploymentSpec, resource_name: str | None) -> dict[str, Any]:
+#: Host CPU cores and memory (GiB) requested per NPU when the spec requests none, by chip. An
+#: Atlas 800I A2 / A3 node has 192 cores and 1-1.5 TiB for 8 (16 dies on A3) NPUs: 8 cores and
+#: 64 GiB per NPU leave room for the node's daemons while covering the host side of a replica
+#: (tokenizer and API server processes, weights staged in host memory while loading); 310P cards
+#: sit in smaller inference servers. Requests only: a memory limit would OOM-kill a replica that
+#: stages a large checkpoint, a CPU limit would throttle its tokenizers. With requests the pod
+#: is Burstable (evicted after BestEffort pods, not first), and the memory-backed /dev/shm
+#: (counted against the pod's memory) is always covered.
+HOST_REQUESTS_PER_NPU: Mapping[Chip, tuple[int, int]] = {
+    Chip.A2_910B: (8, 64),
+    Chip.A3: (8, 64),
+    Chip.P310: (4, 24),
+}
+#: Memory requested beyond /dev/shm at the least (the runtime, API server and engine processes).
+MIN_MEMORY_BEYOND_SHM_GIB = 8
+
+
+_BINARY_SUFFIXES = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_DECIMAL_SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def _gib(quantity: str) -> float:
+    """A memory quantity (``16Gi``, ``500M``, ``1073741824``) in GiB; the builders may not import
+    the client's parser (import contract), and these are the forms the settings allow."""
+
+    for suffixes in (_BINARY_SUFFIXES, _DECIMAL_SUFFIXES):
+        for suffix, factor in suffixes.items():
+            if quantity.endswith(suffix):
+                return float(quantity[: -len(suffix)]) * factor / 2**30
+    return float(quantity) / 2**30
+
+
+def _resources(spec: AscendLLMDeploymentSpec, resource_name: str | None, shm_size: str) -> dict[str, Any]:
     requests = _quantities(spec.resources.requests if spec.resources else None)
     limits = _quantities(spec.resources.limits if spec.resources else None)
     if resource_name is not None:
         # Extended resources must be equal in requests and limits.
         requests[resource_name] = spec.npu.per_replica
         limits[resource_name] = spec.npu.per_replica
+        cores, gib_per_npu = HOST_REQUESTS_PER_NPU[spec.npu.chip]
+        if "cpu" not in requests and "cpu" not in limits:
+            requests["cpu"] = str(cores * spec.npu.per_replica)
+        if "memory" not in requests and "memory" not in limits:
+            shm_gib = math.ceil(_gib(shm_size))
+            requests["memory"] = f"{max(gib_per_npu * spec.npu.per_replica, shm_gib + MIN_MEMORY_BEYOND_SHM_GIB)}Gi"
     out: dict[str, Any] = {}
     if requests:
         out["requests"] = requests
@@ -207,7 +247,7 @@ def build_pod_template(
             {"name": "runtime", "containerPort": DEFAULT_RUNTIME_PORT, "protocol": "TCP"},
         ],
         "env": env,
-        "resources": _resources(spec, resource_name),
+        "resources": _resources(spec, resource_name, shm_size or settings.shm_size),
         "volumeMounts": mounts,
         "startupProbe": {
             "httpGet": {"path": "/startup", "port": "runtime"},

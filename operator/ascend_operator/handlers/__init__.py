@@ -1,35 +1,44 @@
 """kopf handler bodies, one module per concern (``ascend_operator.main`` only registers them).
 
-- :mod:`.handle_startup`: kopf settings, operator settings, the API connection, login.
-- :mod:`.handle_reconcile`: the level-based reconcile of one resource (create, update, resume).
-- :mod:`.handle_status`: the periodic resync that re-reads pods and runtime states.
+- :mod:`.handle_startup`: kopf settings, operator settings, the API connection, login, the queue.
+- :mod:`.handle_events`: watch events of the resources, their children and pods -> the queue.
+- :mod:`.handle_reconcile`: the level-based reconcile of one resource, run by the queue.
 
 :class:`OperatorContext` is what the startup handler puts into kopf's operator-level memo
-(``memo.ascend``); every per-object memo is a shallow copy of it, so all handlers share one
-context, and each object keeps its own lock in its own memo.
+(``memo.ascend``): the settings, the one API connection, the store of resource bodies and the
+work queue. kopf only feeds events in; every reconcile runs from the queue, one at a time per
+resource, so no kopf state (annotations, finalizers) is ever written to a resource.
 """
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import kopf
 
 from ascend_operator.k8s import Kube
 from ascend_operator.settings import OperatorSettings
+from ascend_operator.store import ResourceStore
+from ascend_operator.workqueue import WorkQueue
 
 MEMO_KEY = "ascend"
-_LOCK_KEY = "ascend_lock"
 
 
-@dataclass(frozen=True)
+@dataclass
 class OperatorContext:
-    """The operator's settings and its one API connection."""
+    """The operator's settings, its API connection, the resource bodies and the work queue."""
 
     settings: OperatorSettings
     kube: Kube
+    store: ResourceStore = field(default_factory=ResourceStore)
+    #: Set by the startup handler once the event loop runs (its worker needs this context).
+    queue: WorkQueue | None = None
+
+    @property
+    def work(self) -> WorkQueue:
+        if self.queue is None:
+            raise RuntimeError("the work queue is not running: the startup handler did not finish")
+        return self.queue
 
 
 def context(memo: kopf.Memo) -> OperatorContext:
@@ -39,12 +48,3 @@ def context(memo: kopf.Memo) -> OperatorContext:
     if found is None:
         raise RuntimeError("the operator context is missing from kopf's memo: the startup handler did not run")
     return found
-
-
-def object_lock(memo: Any) -> asyncio.Lock:
-    """One lock per resource object, so its create/update handler and its resync never interleave."""
-
-    lock = memo.get(_LOCK_KEY)
-    if lock is None:
-        lock = memo[_LOCK_KEY] = asyncio.Lock()
-    return lock

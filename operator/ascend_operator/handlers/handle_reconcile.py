@@ -1,27 +1,26 @@
-"""The level-based reconcile of one ``AscendLLMDeployment``.
+"""The level-based reconcile of one ``AscendLLMDeployment``, run by the work queue.
 
-Create, update, resume and the periodic resync all run :func:`reconcile`, which compares the
-desired children with the live ones and writes only differences:
+Every trigger (the resource's own watch event, an event of a child or pod, the requeue timer)
+runs :func:`reconcile_key`, which compares the desired children with the live ones and writes
+only differences:
 
 1. parse the spec; an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
-   new message), touches no child, and does not raise (kopf would retry a spec that cannot
-   succeed; the user's next edit triggers the update handler anyway);
+   new message), touches no child, and is not retried (the user's next edit is a new event);
 2. ask what the cluster serves (discovery, cached for ``discovery_ttl_s``): it picks the
-   autoscaler (``choose_autoscaler``: a KEDA ScaledObject, an HPA, or none and why) and says
-   whether a multi-node spec can have its LeaderWorkerSet (``lws_missing``);
+   autoscaler (``choose_autoscaler``) and says whether a multi-node spec can have its
+   LeaderWorkerSet (``lws_missing``);
 3. build the children (pure builders), add the owner reference (this resource, controller);
-4. ensure each child (server-side apply only when its spec-hash differs; see ``k8s.Kube.ensure``),
-   then delete the children this resource owns that are no longer desired (the Deployment after
-   a switch to a LeaderWorkerSet and back, the HPA after a switch to KEDA, an autoscaler after
-   autoscaling is turned off). When the LeaderWorkerSet API is missing, steps 3-4 write nothing:
-   the children stay as they were (a serving Deployment keeps serving) and the Progressing
-   condition says what to install;
-5. read the pods (all of the resource's engine pods: LWS group members too), their runtime
-   states and the autoscaler's HPA, compute the status, post Events for transitions, patch the
-   status only when it changed.
+4. ensure each child in order (server-side apply when missing, changed or drifted; see
+   ``k8s.Kube.ensure``), then delete the children of kinds no longer desired. A child the API
+   server refuses stops the pass: the children after it (which may depend on it) are left as
+   they were, the server's message goes into ``Progressing`` (reason ``ChildRefused``) with a
+   Warning Event, and the queue retries with backoff;
+5. read the pods, their runtime states, the workload's own conditions (a ReplicaSet that cannot
+   create pods: no PriorityClass, quota, admission) and the autoscaler's HPA, compute the status,
+   post Events for transitions, and patch the status only when it differs from the server's.
 
-Nothing is returned to kopf: kopf would store a result under ``status.<handler id>``, which the
-API server prunes (the status schema does not declare it).
+The next run is due after ``progress_poll_interval_s`` while a replica starts (its runtime
+phases are not API objects), else after ``resync_interval_s``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from typing import Any
 import kopf
 from ascend_runtime.config import GraphMode
 
-from ascend_operator.api import AscendLLMDeploymentSpec, Platform, SpecError, parse_spec
+from ascend_operator.api import AscendLLMDeploymentSpec, Phase, Platform, SpecError, parse_spec
 from ascend_operator.builders import (
     CONFIG_HASH_ANNOTATION,
     AutoscalerChoice,
@@ -48,8 +47,8 @@ from ascend_operator.builders import (
     selector_string,
 )
 from ascend_operator.builders.common import RESOURCE_LABEL
-from ascend_operator.handlers import OperatorContext, object_lock
-from ascend_operator.k8s import CHILD_KINDS, HPA, Outcome
+from ascend_operator.handlers import OperatorContext
+from ascend_operator.k8s import CHILD_KINDS, HPA, ChildRefused, Outcome
 from ascend_operator.names import label_value
 from ascend_operator.status import (
     AutoscalingObservation,
@@ -81,29 +80,23 @@ def _remembered(status: Mapping[str, Any]) -> Observed:
 #: ScaledObject sets advanced.horizontalPodAutoscalerConfig.name, which the builders never do).
 KEDA_HPA_PREFIX = "keda-hpa-"
 
-#: Per-object memo key of the status this operator process last wrote for the object.
-WRITTEN_STATUS_KEY = "ascend_written_status"
+#: Phases after which nothing changes by itself: the resource is polled at the resync interval.
+_SETTLED = frozenset({Phase.READY, Phase.STOPPED, Phase.FAILED, Phase.DEGRADED})
 
 
-def _previous_status(body: Mapping[str, Any], memo: Any) -> dict[str, Any]:
-    """The status to compare with: the one last written, else the one on the body.
+async def _publish(ctx: OperatorContext, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+    """Events for the transitions, then the status patch when it differs from the server's status
+    (the store keeps the server's body, updated from the patch response itself)."""
 
-    The body can lag behind our own write (kopf refreshes it with the next watch event, and a
-    resync may start in between); comparing with it then would re-send the same status.
-    """
-
-    written = memo.get(WRITTEN_STATUS_KEY)
-    return dict(written) if written is not None else dict(body.get("status") or {})
-
-
-async def _publish(ctx: OperatorContext, body: Mapping[str, Any], memo: Any, previous: Mapping[str, Any],
-                   status: dict[str, Any]) -> None:
     meta = body["metadata"]
+    previous = body.get("status") or {}
     for type_, reason, message in transition_events(previous, status):
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
     patch = status_patch(previous, status)
-    if patch is not None and await ctx.kube.patch_status(meta["namespace"], meta["name"], patch):
-        memo[WRITTEN_STATUS_KEY] = status
+    if patch is not None:
+        updated = await ctx.kube.patch_status(meta["namespace"], meta["name"], patch)
+        if updated is not None:
+            ctx.store.put(updated)
 
 
 async def _autoscaling(ctx: OperatorContext, namespace: str, spec: AscendLLMDeploymentSpec,
@@ -127,28 +120,37 @@ async def _autoscaling(ctx: OperatorContext, namespace: str, spec: AscendLLMDepl
     )
 
 
-async def reconcile(ctx: OperatorContext, body: Mapping[str, Any], memo: Any,
-                    log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-    """Reconcile one resource (see the module docstring); safe to run any number of times."""
+async def reconcile_key(ctx: OperatorContext, key: str) -> float | None:
+    """Reconcile the resource ``namespace/name`` as the store has it; the seconds until the next
+    run (``None``: not again until an event). Raises on failure (the queue backs off)."""
 
-    async with object_lock(memo):
-        await _reconcile(ctx, body, memo, log)
+    body = ctx.store.get(key)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return None  # gone or going: the garbage collector removes the children
+    log = logging.LoggerAdapter(logger, {"resource": key})
+    phase = await reconcile(ctx, body, log)
+    if phase is None:
+        return None
+    return ctx.settings.resync_interval_s if phase in _SETTLED else ctx.settings.progress_poll_interval_s
 
 
-async def _reconcile(ctx: OperatorContext, body: Mapping[str, Any], memo: Any,
-                     log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
+                    log: logging.Logger | logging.LoggerAdapter[Any]) -> Phase | None:
+    """Reconcile one resource (see the module docstring); safe to run any number of times.
+    Returns the phase written (``None`` for a refused spec)."""
+
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     generation = int(meta.get("generation") or 0)
-    previous = _previous_status(body, memo)
+    previous = body.get("status") or {}
     now = _now()
 
     try:
         spec = parse_spec(body.get("spec") or {})
     except SpecError as error:
-        log.info("refusing the spec: %s", error)
-        await _publish(ctx, body, memo, previous, invalid_spec_status(previous, str(error), generation, now))
-        return
+        log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
+        await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))
+        return None
 
     served = await ctx.kube.served(ctx.settings.discovery_ttl_s)
     choice = choose_autoscaler(spec, ctx.settings, served)
@@ -159,19 +161,32 @@ async def _reconcile(ctx: OperatorContext, body: Mapping[str, Any], memo: Any,
     kopf.append_owner_reference(desired, owner=body)
 
     conflicts = []
+    refused: ChildRefused | None = None
+    workload: Mapping[str, Any] | None = None
+    workload_kind = children.workload["kind"]
     if missing_lws is None:
         for child in desired:  # in order: the ConfigMap exists before the pods that mount it
-            result = await ctx.kube.ensure(child, uid)
+            try:
+                result = await ctx.kube.ensure(child, uid)
+            except ChildRefused as error:
+                refused = error
+                log.warning("%s/%s: %s", namespace, name, error)
+                break
             if result.outcome == Outcome.CONFLICT:
                 conflicts.append(result.detail)
-            elif result.outcome != Outcome.UNCHANGED:
-                log.info("%s %s %s", result.outcome.value, result.kind, result.name)
+                continue
+            if result.outcome != Outcome.UNCHANGED:
+                log.info("%s/%s: %s %s %s %s", namespace, name, result.outcome.value, result.kind, result.name,
+                         result.detail)
+            if result.kind == workload_kind:
+                workload = result.live
 
-        owned_selector = f"{RESOURCE_LABEL}={label_value(name)}"
-        for kind in CHILD_KINDS:
-            keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
-            for gone in await ctx.kube.prune(kind, namespace, owned_selector, uid, keep):
-                log.info("deleted %s %s (no longer desired)", kind.kind, gone)
+        if refused is None:
+            owned_selector = f"{RESOURCE_LABEL}={label_value(name)}"
+            for kind in CHILD_KINDS:
+                keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
+                for gone in await ctx.kube.prune(kind, namespace, owned_selector, uid, keep):
+                    log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
 
     # All engine pods of the resource (multi-node: leaders and workers; the status groups them).
     # status.selector (the scale subresource's) is narrower: one pod per replica.
@@ -194,5 +209,11 @@ async def _reconcile(ctx: OperatorContext, body: Mapping[str, Any], memo: Any,
         nodes_per_replica=spec.nodes_per_replica,
         autoscaling=await _autoscaling(ctx, namespace, spec, choice, children),
         lws_missing=missing_lws,
+        refused=str(refused) if refused is not None else None,
+        workload=workload,
     )
-    await _publish(ctx, body, memo, previous, compute_status(spec, observation, previous, now))
+    status = compute_status(spec, observation, previous, now)
+    await _publish(ctx, body, status)
+    if refused is not None:
+        raise refused  # retried with backoff; the status already says why
+    return Phase(status["phase"])

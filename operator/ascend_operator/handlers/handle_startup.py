@@ -1,4 +1,5 @@
-"""Operator start-up: kopf's settings, the operator settings (loaded once), the API connection.
+"""Operator start-up: kopf's settings, the operator settings (loaded once), the API connection,
+the resource store and the work queue that runs the reconciles.
 
 The operator settings come from the environment (:func:`ascend_operator.settings.load_settings`),
 or from kopf's operator memo under :data:`SETTINGS_KEY` when the embedding code (the tests) put
@@ -17,13 +18,18 @@ from typing import Any
 import kopf
 
 from ascend_operator.api import GROUP
-from ascend_operator.handlers import MEMO_KEY, OperatorContext, context
-from ascend_operator.k8s import Kube, connect
+from ascend_operator.builders.common import RESOURCE_LABEL
+from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_reconcile
+from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
 from ascend_operator.settings import OperatorSettings, load_settings
+from ascend_operator.workqueue import QueueSettings, WorkQueue
 
 SETTINGS_KEY = "ascend_settings"
 
 #: kopf's progress and diff-base annotations, and its finalizer, under the API group's prefix.
+#: The handlers are all ``on.event`` handlers, which need none of them; an operator of version
+#: 0.1 put this finalizer on every resource, and kopf removes it when it sees a resource that
+#: carries it while no handler needs it (tests/cluster/test_operator.py checks that).
 ANNOTATION_PREFIX = GROUP
 FINALIZER = f"{GROUP}/finalizer"
 
@@ -78,10 +84,9 @@ def api_server(settings: OperatorSettings) -> str | None:
     return str(value) if value else None
 
 
-def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger) -> None:
-    """Tune kopf and connect to the API once."""
+def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> None:
+    """kopf's settings for this operator (pure: no connection is made)."""
 
-    ops = operator_settings(memo)
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration",
@@ -94,6 +99,10 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT_S
     settings.watching.connect_timeout = CONNECT_TIMEOUT_S
     settings.networking.request_timeout = REQUEST_TIMEOUT_S
+    # Children and pods are watched by their resource label, filtered by the API server: the
+    # operator never sees (nor holds in memory) another workload's pods or ConfigMaps.
+    for kind in WATCHED_KINDS:
+        settings.watching.label_selectors[kind.api_version, kind.plural] = RESOURCE_LABEL
     # One active operator at a time: replicas elect a leader through kopf's peering object,
     # unless the settings or the command line (--standalone) say the operator runs alone.
     # Whether the peering object is cluster-wide follows the watched namespaces (kopf sets it).
@@ -105,11 +114,27 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     if not settings.peering.standalone and settings.peering.priority == KOPF_DEFAULT_PRIORITY:
         settings.peering.priority = peering_priority(os.environ)
 
-    memo[MEMO_KEY] = OperatorContext(
+
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger) -> None:
+    """Tune kopf, connect to the API once, start the work queue."""
+
+    ops = operator_settings(memo)
+    tune_kopf(settings, ops)
+
+    # One pooled connection per worker thread: no request waits for, or discards, a connection.
+    workers = ops.max_concurrent_reconciles * 2
+    ctx = OperatorContext(
         settings=ops,
-        kube=Kube(connect(api_server(ops)), field_manager=ops.field_manager,
-                  state_timeout_s=ops.status_read_timeout_s),
+        kube=Kube(connect(api_server(ops), pool_size=workers), field_manager=ops.field_manager,
+                  state_timeout_s=ops.status_read_timeout_s, workers=workers),
     )
+    ctx.queue = WorkQueue(
+        lambda key: handle_reconcile.reconcile_key(ctx, key),
+        QueueSettings(concurrency=ops.max_concurrent_reconciles, backoff_base_s=ops.retry_backoff_base_s,
+                      backoff_max_s=ops.retry_backoff_max_s),
+    )
+    ctx.queue.start()
+    memo[MEMO_KEY] = ctx
     logger.info("ascend-llm operator configured: namespaces=%s, resync every %ss, standalone=%s, "
                 "peering priority %s", ",".join(ops.namespaces) or "(all)", ops.resync_interval_s,
                 settings.peering.standalone, settings.peering.priority)
@@ -126,8 +151,11 @@ def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettin
     return kopf.login_via_client(logger=logger, settings=settings, **kwargs)
 
 
-def cleanup(memo: kopf.Memo) -> None:
-    """Close the API connection pool."""
+async def cleanup(memo: kopf.Memo) -> None:
+    """Stop the queue (running reconciles are cancelled: each is safe to repeat), close the pool."""
 
     if MEMO_KEY in memo:
-        context(memo).kube.close()
+        ctx = context(memo)
+        if ctx.queue is not None:
+            await ctx.queue.stop()
+        ctx.kube.close()

@@ -1,0 +1,50 @@
+"""Watch events -> reconcile requests (no API calls here).
+
+- An ``AscendLLMDeployment`` event stores the body and requests its reconcile, unless the body
+  is one the store already has (the echo of our own status write: same ``resourceVersion``).
+  ``DELETED`` forgets it: the children carry owner references and the garbage collector removes
+  them, so nothing has to run before the object goes (and no finalizer holds it).
+- An event of a child or pod (label ``llm.ascend.dev/deployment``, filtered by the API server)
+  requests the reconcile of the resource it belongs to, after :data:`CHILD_DEBOUNCE_S`, so a
+  rollout's burst of pod events costs one reconcile: drift is repaired and status follows within
+  about a second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ascend_operator.builders.common import RESOURCE_LABEL
+from ascend_operator.handlers import OperatorContext
+from ascend_operator.store import key_of
+
+#: Seconds to wait after a child or pod event before reconciling (merges bursts).
+CHILD_DEBOUNCE_S = 0.5
+
+
+def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str, Any]) -> None:
+    meta = body["metadata"]
+    key = key_of(meta["namespace"], meta["name"])
+    if event_type == "DELETED":
+        ctx.store.remove(key)
+        ctx.work.forget(key)
+        return
+    previous = ctx.store.get(key)
+    if not ctx.store.put(body):
+        return  # older than what we have
+    if previous is not None and (previous["metadata"].get("resourceVersion")
+                                 == meta.get("resourceVersion")):
+        return  # the echo of our own write
+    ctx.work.request(key)
+
+
+def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str, Any]) -> None:
+    meta = body.get("metadata") or {}
+    value = (meta.get("labels") or {}).get(RESOURCE_LABEL)
+    namespace = meta.get("namespace")
+    if not value or not namespace:
+        return
+    key = ctx.store.key_for_label(namespace, value)
+    if key is not None:
+        ctx.work.request(key, CHILD_DEBOUNCE_S)
