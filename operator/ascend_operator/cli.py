@@ -5,8 +5,9 @@ entry point, so the runtime's CLI never imports the operator):
   (kopf with ``ascend_operator.main``); namespaces default to the settings' list, else all.
 - ``ascend-llm crd [--check] [--root DIR]``: write the generated CRD to ``crds/`` and the chart,
   or with ``--check`` exit 1 naming each stale copy.
-- ``ascend-llm render FILE [-o yaml|json]``: print, offline, the children the operator would
-  create for the resources in FILE (owner references omitted: they need the live uid). An invalid
+- ``ascend-llm render FILE [-o yaml|json] [--api-versions G/V ...]``: print, offline, the
+  children the operator would create for the resources in FILE on a cluster serving those APIs
+  (the autoscaler depends on them; owner references omitted: they need the live uid). An invalid
   resource exits 2 with the message naming the field.
 
 kopf and the kubernetes client are imported only by ``operator run``.
@@ -23,7 +24,7 @@ from typing import Any, TextIO
 import yaml
 
 from ascend_operator.api import API_VERSION, KIND, SpecError, parse_spec
-from ascend_operator.builders import BuildMeta, build_children
+from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler
 from ascend_operator.settings import SettingsError, load_settings
 
 EXIT_OK = 0
@@ -59,6 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help="Output format.")
     render.add_argument("--namespace", default=None,
                         help="Namespace for resources that name none (default: their own, else default).")
+    render.add_argument("-a", "--api-versions", action="append", default=[], metavar="GROUP/VERSION",
+                        help="A group/version the cluster serves, as the operator learns from discovery "
+                             "(repeatable, or comma-separated): keda.sh/v1alpha1 makes an autoscaled "
+                             "resource get a ScaledObject, custom.metrics.k8s.io/v1beta2 an HPA on engine "
+                             "metrics; `kubectl api-versions` lists a cluster's. Default: core APIs only.")
     render.set_defaults(func=_cmd_render)
 
 
@@ -124,13 +130,24 @@ def load_resources(text: str, source: str) -> list[dict[str, Any]]:
     return documents
 
 
-def render_children(resource: dict[str, Any], namespace: str | None = None) -> list[dict[str, Any]]:
-    """The children of one resource as the operator would apply them, minus owner references."""
+def served_api_versions(values: list[str]) -> frozenset[str]:
+    """``--api-versions`` values (repeated or comma-separated) plus the core group."""
+
+    return frozenset({"v1", *(item.strip() for value in values for item in value.split(",") if item.strip())})
+
+
+def render_children(resource: dict[str, Any], namespace: str | None = None,
+                    served: frozenset[str] = frozenset({"v1"})) -> list[dict[str, Any]]:
+    """The children of one resource as the operator would apply them, minus owner references,
+    on a cluster that serves the group/versions ``served`` (which autoscaler, if any)."""
 
     meta = resource["metadata"]
     spec = parse_spec(resource.get("spec") or {})
     target = meta.get("namespace") or namespace or "default"
-    children = build_children(BuildMeta(meta["name"], target, meta.get("generation")), spec, load_settings())
+    settings = load_settings()
+    choice = choose_autoscaler(spec, settings, served)
+    children = build_children(BuildMeta(meta["name"], target, meta.get("generation")), spec, settings,
+                              autoscaler=choice.kind)
     return children.objects()
 
 
@@ -167,7 +184,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         objects = []
         for resource in load_resources(text, source):
             try:
-                objects.extend(render_children(resource, args.namespace))
+                objects.extend(render_children(resource, args.namespace, served_api_versions(args.api_versions)))
             except SpecError as error:
                 print(f"ascend-llm render: {source}: {resource['metadata']['name']}: {error}", file=sys.stderr)
                 return EXIT_INVALID

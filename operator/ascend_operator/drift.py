@@ -35,13 +35,21 @@ def _quantity(value: str) -> Decimal | None:
         return None
 
 
+def _number_or_text(value: Any) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
 def _scalar_equal(desired: Any, live: Any) -> bool:
+    """Equal, or the same quantity: the server stores ``huawei.com/Ascend910: 1`` as ``"1"``."""
+
     if desired == live:
         return True
-    if isinstance(desired, str) and isinstance(live, str | int | float) and not isinstance(live, bool):
-        left, right = _quantity(desired), _quantity(str(live))
+    if isinstance(desired, str) or isinstance(live, str):
+        if not (_number_or_text(desired) and _number_or_text(live)):
+            return False
+        left, right = _quantity(str(desired)), _quantity(str(live))
         return left is not None and left == right
-    if isinstance(desired, int | float) and isinstance(live, int | float) and not isinstance(desired, bool):
+    if _number_or_text(desired) and _number_or_text(live):
         return float(desired) == float(live)
     return False
 

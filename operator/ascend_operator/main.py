@@ -7,7 +7,9 @@ after a dropped watch, peering, Events and the liveness endpoint. Every handler 
 ``on.event`` handler, which writes nothing to the resource: no diff-base annotation and no
 finalizer, so deleting a resource (or its namespace) never waits for a running operator. The
 events feed a keyed work queue (``ascend_operator.workqueue``) that runs the level-based reconcile,
-one at a time per resource, with requeue timers for the resync and backoff for failures.
+one at a time per resource, with requeue timers for the resync and backoff for failures. The
+event handlers are coroutines: kopf runs plain functions in threads, and the queue is not
+thread-safe.
 """
 
 from __future__ import annotations
@@ -39,11 +41,11 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def resource_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
+async def resource_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
     handle_events.resource_event(context(memo), type, body)
 
 
-def _child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
+async def _child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
     handle_events.child_event(context(memo), type, body)
 
 

@@ -24,6 +24,9 @@ CHILD_DEBOUNCE_S = 0.5
 
 
 def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str, Any]) -> None:
+    # The queue starts from the first handler call: its tasks inherit this context, where kopf
+    # keeps what kopf.event needs (the startup handler's context lacks it).
+    ctx.work.start()
     meta = body["metadata"]
     key = key_of(meta["namespace"], meta["name"])
     if event_type == "DELETED":

@@ -95,6 +95,9 @@ def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> None:
     # Handler successes stay in the log; only warnings and errors (and the operator's own
     # kopf.event calls) become Kubernetes Events, so a healthy reconcile posts no Event.
     settings.posting.level = logging.WARNING
+    # kopf logs every successful event handler call ("Handler 'watch-pods' succeeded"): one line
+    # per watch event of every child and pod. The reconcile logs what it changes instead.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_S
     settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT_S
     settings.watching.connect_timeout = CONNECT_TIMEOUT_S
@@ -133,7 +136,6 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         QueueSettings(concurrency=ops.max_concurrent_reconciles, backoff_base_s=ops.retry_backoff_base_s,
                       backoff_max_s=ops.retry_backoff_max_s),
     )
-    ctx.queue.start()
     memo[MEMO_KEY] = ctx
     logger.info("ascend-llm operator configured: namespaces=%s, resync every %ss, standalone=%s, "
                 "peering priority %s", ",".join(ops.namespaces) or "(all)", ops.resync_interval_s,

@@ -1,0 +1,219 @@
+"""Fixtures of the cluster tier: one real API server, the CRDs, one operator process, namespaces.
+
+- ``api``: a kubernetes ``ApiClient`` for the session's cluster (``kubeconfig_path``: the given
+  kubeconfig, else the local control plane of ``../shared/k8s``).
+- ``crds``: this project's CRD (server-side applied from ``crds/``, as ``kubectl apply
+  --server-side -f crds/`` does) and the add-on CRDs the examples use (LeaderWorkerSet, KEDA),
+  once per session, waited for until Established.
+- ``operator``: ``ascend-llm operator run --standalone`` as a subprocess (the pod's entrypoint),
+  watching the namespaces ``op-*`` only, with a long resync interval so a test that sees a change
+  within seconds shows a watch did it. Its output goes to a file the tests read.
+- ``namespace``: a fresh ``op-*`` namespace per test, deleted afterwards.
+- :func:`writes`: the API server's own count of write requests (``apiserver_request_total``) on
+  the resources the operator writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ADDON_CRDS = ("leaderworkerset.x-k8s.io_leaderworkersets.yaml", "keda.sh_scaledobjects.yaml")
+#: How long a test waits for something the operator does within seconds.
+WAIT_S = 60.0
+#: The operator's steady-state resync in this tier: far longer than any wait on a watch.
+RESYNC_S = 120.0
+NAMESPACE_PREFIX = "op-"
+#: Write verbs as apiserver_request_total names them (dry runs excluded by the caller). Deletes
+#: are not counted: the namespace controller and the garbage collector delete the same kinds
+#: when an earlier test's namespace goes.
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY"})
+#: (resource, subresource) the operator writes; controllers write other subresources (status of
+#: Deployments and PDBs, ReplicaSets, pods, EndpointSlices), so these counts are the operator's.
+OPERATOR_WRITES = frozenset({
+    ("configmaps", ""), ("services", ""), ("deployments", ""), ("poddisruptionbudgets", ""),
+    ("horizontalpodautoscalers", ""), ("leaderworkersets", ""), ("scaledobjects", ""),
+    ("ascendllmdeployments", ""), ("ascendllmdeployments", "status"),
+})
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = WAIT_S, interval_s: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval_s)
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="session")
+def api(kubeconfig_path: str) -> Any:
+    import kubernetes
+
+    return kubernetes.config.new_client_from_config(config_file=kubeconfig_path)
+
+
+def _apply_crd(api: Any, path: Path) -> str:
+    import kubernetes
+
+    body = yaml.safe_load(path.read_text(encoding="utf-8"))
+    ext = kubernetes.client.ApiextensionsV1Api(api)
+    ext.patch_custom_resource_definition(body["metadata"]["name"], body, field_manager="ascend-llm-tests",
+                                         force=True, _content_type="application/apply-patch+yaml")
+    return body["metadata"]["name"]
+
+
+@pytest.fixture(scope="session")
+def crds(api: Any) -> list[str]:
+    import kubernetes
+
+    names = [_apply_crd(api, ROOT / "crds" / "llm.ascend.dev_ascendllmdeployments.yaml")]
+    names += [_apply_crd(api, ROOT / "tests" / "data" / "crds" / name) for name in ADDON_CRDS]
+    ext = kubernetes.client.ApiextensionsV1Api(api)
+
+    def established() -> bool:
+        for name in names:
+            conditions = ext.read_custom_resource_definition(name).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                return False
+        return True
+
+    wait_for("the CRDs to be established", established)
+    return names
+
+
+@dataclass
+class OperatorProcess:
+    """The operator as a subprocess (``ascend-llm operator run``), restartable and killable."""
+
+    kubeconfig: str
+    log_path: Path
+    env_overrides: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("ASCEND_LLM_OPERATOR_")}
+        env.update({"KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1",
+                    "ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S": str(RESYNC_S),
+                    "ASCEND_LLM_OPERATOR_PROGRESS_POLL_INTERVAL_S": "2",
+                    "ASCEND_LLM_OPERATOR_STATUS_READ_TIMEOUT_S": "1",
+                    "ASCEND_LLM_OPERATOR_RETRY_BACKOFF_BASE_S": "1",
+                    "ASCEND_LLM_OPERATOR_DISCOVERY_TTL_S": "5"})
+        env.update(self.env_overrides)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [str(ROOT / ".venv" / "bin" / "ascend-llm"), "operator", "run", "--standalone",
+             "-n", f"{NAMESPACE_PREFIX}*", "--liveness", "http://127.0.0.1:18081/healthz"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )
+        log.close()
+        import urllib.request
+
+        def live() -> bool:
+            if self.process is not None and self.process.poll() is not None:
+                pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:18081/healthz", timeout=1) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+
+        wait_for("the operator's liveness endpoint", live, timeout_s=90)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process is None:
+            return 0
+        self.process.send_signal(sig)
+        try:
+            code = self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(timeout=10)
+        self.process = None
+        return code
+
+    def output(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+@pytest.fixture(scope="session")
+def operator(kubeconfig_path: str, crds: list[str], tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[OperatorProcess]:
+    run = OperatorProcess(kubeconfig_path, tmp_path_factory.mktemp("operator") / "operator.log", {})
+    run.start()
+    try:
+        yield run
+    finally:
+        run.stop()
+        output = run.output()
+        if "Traceback" in output:
+            sys.stderr.write(output[-6000:])
+
+
+@pytest.fixture
+def namespace(api: Any) -> Iterator[str]:
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(api)
+    name = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for("the default ServiceAccount", lambda: core.list_namespaced_service_account(
+        name, field_selector="metadata.name=default").items)
+    yield name
+    core.delete_namespace(name)
+
+
+def raw_get(api: Any, path: str) -> bytes:
+    """GET any API path (``/metrics``, ``/apis``, a subresource) with the client's credentials."""
+
+    method, url, headers, body, post_params = api.param_serialize(
+        method="GET", resource_path=path, header_params={"Accept": "application/json, */*"},
+        auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=headers, body=body, post_params=post_params)
+    response.read()
+    if response.status >= 400:
+        from kubernetes.client.exceptions import ApiException
+
+        raise ApiException(status=response.status, reason=response.reason)
+    return response.data
+
+
+def writes(api: Any) -> dict[tuple[str, str, str], float]:
+    """Write requests counted by the API server: (verb, resource, subresource) -> count."""
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = raw_get(api, "/metrics").decode("utf-8")
+    counts: dict[tuple[str, str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if not sample.name.endswith("_total") or labels.get("verb") not in WRITE_VERBS or labels.get("dry_run"):
+                continue
+            key = (labels["verb"], labels.get("resource", ""), labels.get("subresource", ""))
+            counts[key] = counts.get(key, 0) + sample.value
+    return counts
+
+
+def operator_writes(before: dict[tuple[str, str, str], float], after: dict[tuple[str, str, str], float]
+                    ) -> dict[tuple[str, str, str], float]:
+    """The writes between two :func:`writes` readings on the resources only the operator writes."""
+
+    return {key: after[key] - before.get(key, 0) for key in after
+            if (key[1], key[2]) in OPERATOR_WRITES and after[key] - before.get(key, 0) > 0}
