@@ -227,6 +227,15 @@ Quantity = Annotated[
     Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
 ]
 EnvName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+#: A label key as the API server checks it: an optional DNS-subdomain prefix and ``/``, then a
+#: name of at most 63 characters (alphanumerics, ``-``, ``_``, ``.``; alphanumeric at both ends).
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=317, pattern=LABEL_KEY_PATTERN)]
+#: A label value: empty, or up to 63 alphanumerics, ``-``, ``_``, ``.``, alphanumeric at both ends.
+LabelValue = Annotated[
+    str, StringConstraints(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+]
 
 
 class Platform(str, enum.Enum):
@@ -381,12 +390,12 @@ class ModelSpec(_Spec):
 class Toleration(_Spec):
     """A pod toleration, passed through to the pod spec."""
 
-    key: Annotated[str, StringConstraints(max_length=317)] | None = Field(
+    key: LabelKey | None = Field(
         None, description="Taint key the toleration applies to; empty with operator Exists matches all."
     )
     operator: Literal["Exists", "Equal"] | None = Field(None, description="Exists or Equal. Default: Equal.")
-    value: Annotated[str, StringConstraints(max_length=63)] | None = Field(
-        None, description="Taint value for operator Equal."
+    value: LabelValue | None = Field(
+        None, description="Taint value for operator Equal (a label value)."
     )
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to match; empty matches all effects."
@@ -426,10 +435,9 @@ class NpuSpec(_Spec):
         ),
     )
     chip: Chip = Field(DEFAULT_CHIP, description="Chip preset: 910B (Atlas A2), A3 or 310P. Default: 910B.")
-    node_selector: dict[
-        Annotated[str, StringConstraints(max_length=317)], Annotated[str, StringConstraints(max_length=63)]
-    ] = Field(
-        default_factory=dict, max_length=32, description="Node labels the pods require, passed through."
+    node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=32,
+        description="Node labels the pods require (label keys and values as the API server checks them).",
     )
     tolerations: list[Toleration] = Field(
         default_factory=list, max_length=32, description="Pod tolerations, passed through."
@@ -1008,6 +1016,26 @@ def _npus(spec: AscendLLMDeploymentSpec) -> int:
 
 SPEC_RULES.update(
     {
+        Toleration: (
+            SpecRule(
+                cel="!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+                message="a toleration with operator Exists matches any value; remove value",
+                field_path=".value",
+                holds=lambda t: t.operator != "Exists" or not t.value,
+            ),
+            SpecRule(
+                cel="(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+                message="a toleration without key must use operator Exists (it then tolerates every taint)",
+                field_path=".key",
+                holds=lambda t: bool(t.key) or t.operator == "Exists",
+            ),
+            SpecRule(
+                cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+                message="tolerationSeconds only applies to effect NoExecute; set effect NoExecute or remove it",
+                field_path=".tolerationSeconds",
+                holds=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+            ),
+        ),
         ModelSpec: (
             SpecRule(
                 cel="(has(self.pvc) ? 1 : 0) + (has(self.hostPath) ? 1 : 0) + (has(self.huggingFace) ? 1 : 0)"

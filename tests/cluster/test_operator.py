@@ -429,3 +429,23 @@ def test_render_matches_the_server_for_the_autoscaled_example(
     assert kinds & {"HorizontalPodAutoscaler", "ScaledObject"}, kinds
     wait_children_match(api, children)
 
+
+
+@pytest.mark.parametrize(("npu", "field", "words"), [
+    ({"nodeSelector": {"accelerator": "not a label value"}}, "spec.npu.nodeSelector", "should match"),
+    ({"nodeSelector": {"bad key!": "x"}}, "spec.npu.nodeSelector", ""),
+    ({"tolerations": [{"key": "a", "operator": "Exists", "value": "b"}]}, "spec.npu.tolerations[0].value",
+     "remove value"),
+    ({"tolerations": [{"key": "a", "tolerationSeconds": 5}]}, "spec.npu.tolerations[0].tolerationSeconds",
+     "NoExecute"),
+])
+def test_admission_refuses_what_the_server_would_refuse_in_a_child(
+        api: Any, namespace: str, crds: list[str], npu: dict[str, Any], field: str, words: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    spec = copy.deepcopy(SMALL_NPU_SPEC)
+    spec["npu"].update(npu)
+    with pytest.raises(ApiException) as refused:
+        create(api, namespace, "bad", spec)
+    assert refused.value.status == 422
+    assert field in refused.value.body and words in refused.value.body

@@ -262,10 +262,9 @@ async def test_writes_per_create_and_zero_writes_per_noop_resync_with_lws_and_au
     await wait_for(lambda: emulator.get(*SCALED_OBJECTS, NAMESPACE, "ds"), what="the ScaledObject")
     await settle(emulator)
 
-    # Measured writes per create: kopf's finalizer and diff-base annotation, one server-side apply
+    # Writes per create: one server-side apply
     # per child, one status patch, and the AutoscalerOwnsReplicas Event.
     assert operator_writes(emulator) == Counter({
-        "PATCH ascendllmdeployments": 2,
         "PATCH configmaps": 1, "PATCH leaderworkersets": 1, "PATCH services": 1,
         "PATCH poddisruptionbudgets": 1, "PATCH scaledobjects": 1,
         "PATCH ascendllmdeployments/status": 1, "POST events": 1,

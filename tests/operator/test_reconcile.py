@@ -92,10 +92,9 @@ async def test_create_makes_every_child_owned_and_hashed(emulator, operator, ope
         assert {k: v for k, v in live.items() if k not in ("metadata", "status")} == {
             k: v for k, v in expected[kind].items() if k != "metadata"}
 
-    # Measured writes per create: kopf's finalizer (for the resync daemon), one server-side apply
-    # per child, one status patch, kopf's diff-base annotation.
+    # Writes per create: one server-side apply per child and one status patch; nothing of kopf's
+    # (no finalizer, no diff-base annotation: the handlers are event handlers).
     assert operator_writes(emulator) == Counter({
-        "PATCH ascendllmdeployments": 2,
         "PATCH configmaps": 1, "PATCH deployments": 1, "PATCH services": 1, "PATCH poddisruptionbudgets": 1,
         "PATCH ascendllmdeployments/status": 1,
     })

@@ -277,9 +277,13 @@ def test_conversion_refuses_what_it_cannot_express(node: dict[str, Any], message
 
 
 def _rules_at(path: str) -> list[dict[str, str]]:
+    """The CEL rules at ``path`` (``[]`` steps into a list's items)."""
     node: dict[str, Any] = SCHEMA["properties"]["spec"]
     for part in filter(None, path.split(".")):
-        node = node["properties"][part]
+        name, items = part.removesuffix("[]"), part.endswith("[]")
+        node = node["properties"][name]
+        if items:
+            node = node["items"]
     return node.get("x-kubernetes-validations", [])
 
 
@@ -290,14 +294,19 @@ RULE_PATHS = {
     api.GraphSpec: ".graph",
     api.AutoscalingSpec: ".autoscaling",
     api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
+    api.Toleration: ".npu.tolerations[]",
 }
 
 
-def _value_at(spec: dict[str, Any], path: str) -> Any:
-    value: Any = spec
+def _values_at(spec: dict[str, Any], path: str) -> list[Any]:
+    """The values at ``path`` (``[]`` fans out over a list's items)."""
+    values: list[Any] = [spec]
     for part in filter(None, path.split(".")):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+        name = part.removesuffix("[]")
+        values = [v.get(name) for v in values if isinstance(v, dict) and v.get(name) is not None]
+        if part.endswith("[]"):
+            values = [item for v in values for item in v]
+    return values
 
 
 def failing_cel_messages(spec: dict[str, Any]) -> set[str]:
@@ -305,13 +314,11 @@ def failing_cel_messages(spec: dict[str, Any]) -> set[str]:
     env = celpy.Environment()
     failed = set()
     for path in RULE_PATHS.values():
-        value = _value_at(spec, path)
-        if value is None:
-            continue
-        for rule in _rules_at(path):
-            program = env.program(env.compile(rule["rule"]))
-            if not program.evaluate({"self": celpy.json_to_cel(value)}):
-                failed.add(rule["message"])
+        for value in _values_at(spec, path):
+            for rule in _rules_at(path):
+                program = env.program(env.compile(rule["rule"]))
+                if not program.evaluate({"self": celpy.json_to_cel(value)}):
+                    failed.add(rule["message"])
     return failed
 
 
@@ -343,6 +350,15 @@ RULE_CASES = {
     "cpu plain": {"model": HF, "platform": "CPU", "engine": {"kvCacheSpaceGiB": 2}},
     "cpu with chip": {"model": HF, "platform": "CPU", "npu": {"chip": "910B"}},
     "cpu with selector": {"model": HF, "platform": "CPU", "npu": {"nodeSelector": {"a": "b"}}},
+    # Tolerations as the API server checks them.
+    "toleration ok": {"model": HF, "npu": {"tolerations": [
+        {"key": "huawei.com/Ascend910", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "a", "value": "b", "effect": "NoExecute", "tolerationSeconds": 30}]}},
+    "toleration exists with value": {"model": HF, "npu": {"tolerations": [{"key": "a", "operator": "Exists",
+                                                                           "value": "b"}]}},
+    "toleration without key": {"model": HF, "npu": {"tolerations": [{"value": "b"}]}},
+    "toleration seconds without noexecute": {"model": HF, "npu": {"tolerations": [
+        {"key": "a", "tolerationSeconds": 5}]}},
     "cpu with ascend": {"model": HF, "platform": "CPU", "ascend": {"enableStaticKernel": True}},
     "cpu with tp": {"model": HF, "platform": "CPU", "parallelism": {"tensor": 2}},
     "kv cache on npu": {"model": HF, "engine": {"kvCacheSpaceGiB": 2}},
