@@ -215,6 +215,10 @@ class Kube:
         self._served: tuple[float, frozenset[str]] | None = None
         self._discovery_lock = asyncio.Lock()
 
+    @property
+    def api_client(self) -> kubernetes.client.ApiClient:
+        return self._client
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._client.close()

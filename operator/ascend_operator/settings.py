@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from ascend_runtime.config import Chip
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ascend_operator.api import AutoscalerProvider
@@ -183,8 +183,15 @@ class OperatorSettings(BaseSettings):
     )
 
     # --- kopf / API ------------------------------------------------------------------------
-    peering_name: str = Field("ascend-llm-operator", description="kopf peering object for leader election.")
-    standalone: bool = Field(False, description="Run without peering (one operator replica, tests).")
+    standalone: bool = Field(False, description="Run without leader election (one operator replica, tests).")
+    lease_name: str = Field("ascend-llm-operator", description="Lease the operator replicas elect a leader with.")
+    lease_namespace: str | None = Field(
+        None, description="Namespace of the Lease. Default: POD_NAMESPACE, else the pod's own namespace."
+    )
+    # controller-runtime's defaults: a standby takes over at most ~15 s after the leader died.
+    lease_duration_s: int = Field(15, ge=2, description="How long a Lease holds without renewal, whole seconds.")
+    lease_renew_deadline_s: float = Field(10.0, gt=0, description="How long the leader retries renewing, seconds.")
+    lease_retry_period_s: float = Field(2.0, gt=1, description="Interval of election attempts, seconds (above 1).")
     resync_interval_s: float = Field(
         60.0, gt=0,
         description="Steady-state resync of each resource (runtime /state, leak and mode changes); "
@@ -216,6 +223,16 @@ class OperatorSettings(BaseSettings):
         ),
     )
     cluster_domain: str = Field("cluster.local", description="DNS domain used in status.endpoint.")
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> OperatorSettings:
+        # The client's election refuses these (and would end its thread): say so at start-up.
+        if self.lease_renew_deadline_s <= 1.2 * self.lease_retry_period_s:
+            raise ValueError("ASCEND_LLM_OPERATOR_LEASE_RENEW_DEADLINE_S must exceed 1.2 x "
+                             "ASCEND_LLM_OPERATOR_LEASE_RETRY_PERIOD_S")
+        if self.lease_duration_s <= self.lease_renew_deadline_s:
+            raise ValueError("ASCEND_LLM_OPERATOR_LEASE_DURATION_S must exceed ASCEND_LLM_OPERATOR_LEASE_RENEW_DEADLINE_S")
+        return self
 
     @field_validator("namespaces", mode="before")
     @classmethod
@@ -271,6 +288,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> OperatorSettings:
     except ValidationError as error:
         lines = []
         for item in error.errors():
-            name = f"{ENV_PREFIX}{str(item['loc'][0]).upper()}" if item["loc"] else ENV_PREFIX + "*"
+            if not item["loc"]:  # a rule across settings: its message names them
+                lines.append(str(item["msg"]))
+                continue
+            name = f"{ENV_PREFIX}{str(item['loc'][0]).upper()}"
             lines.append(f"{name}={values.get(str(item['loc'][0]), '')!r}: {item['msg']}")
         raise SettingsError("invalid operator settings: " + "; ".join(lines)) from None

@@ -52,6 +52,7 @@ class WorkQueue:
         self._slots = asyncio.Semaphore(self._settings.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self._paused = False
 
     # ------------------------------------------------------------------ requests
 
@@ -93,6 +94,15 @@ class WorkQueue:
 
     # ------------------------------------------------------------------ running
 
+    def pause(self) -> None:
+        """Keep taking requests but run nothing (a standby replica: see ``ascend_operator.leader``)."""
+
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+        self._wakeup.set()
+
     def start(self) -> None:
         if self._loop_task is None:
             self._loop_task = asyncio.get_running_loop().create_task(self._loop(), name="ascend-llm-workqueue")
@@ -107,6 +117,9 @@ class WorkQueue:
     async def _loop(self) -> None:
         while True:
             self._wakeup.clear()
+            if self._paused:
+                await self._wakeup.wait()
+                continue
             now = self._clock()
             while self._heap and self._heap[0][0] <= now:
                 when, _, key = heapq.heappop(self._heap)

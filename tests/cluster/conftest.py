@@ -104,6 +104,8 @@ class OperatorProcess:
     log_path: Path
     env_overrides: dict[str, str]
     process: subprocess.Popen[bytes] | None = None
+    standalone: bool = True
+    liveness_port: int = 18081
 
     def start(self) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("ASCEND_LLM_OPERATOR_")}
@@ -115,9 +117,11 @@ class OperatorProcess:
                     "ASCEND_LLM_OPERATOR_DISCOVERY_TTL_S": "5"})
         env.update(self.env_overrides)
         log = self.log_path.open("ab")
+        url = f"http://127.0.0.1:{self.liveness_port}/healthz"
         self.process = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "ascend-llm"), "operator", "run", "--standalone",
-             "-n", f"{NAMESPACE_PREFIX}*", "--liveness", "http://127.0.0.1:18081/healthz"],
+            [str(ROOT / ".venv" / "bin" / "ascend-llm"), "operator", "run",
+             *(["--standalone"] if self.standalone else []),
+             "-n", f"{NAMESPACE_PREFIX}*", "--liveness", url],
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
         )
         log.close()
@@ -127,7 +131,7 @@ class OperatorProcess:
             if self.process is not None and self.process.poll() is not None:
                 pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.output()[-3000:]}")
             try:
-                with urllib.request.urlopen("http://127.0.0.1:18081/healthz", timeout=1) as response:
+                with urllib.request.urlopen(url, timeout=1) as response:
                     return response.status == 200
             except OSError:
                 return False

@@ -449,3 +449,40 @@ def test_admission_refuses_what_the_server_would_refuse_in_a_child(
         create(api, namespace, "bad", spec)
     assert refused.value.status == 422
     assert field in refused.value.body and words in refused.value.body
+
+
+def test_replicas_elect_one_leader_and_a_standby_takes_over(
+        api: Any, namespace: str, crds: list[str], operator: OperatorProcess, tmp_path: Any) -> None:
+    """Two non-standalone operators on a Lease: only the leader writes; killing it hands over.
+
+    The session's standalone operator is stopped meanwhile (it would reconcile too)."""
+
+    import kubernetes
+
+    operator.stop()
+    env = {"ASCEND_LLM_OPERATOR_LEASE_NAMESPACE": namespace, "ASCEND_LLM_OPERATOR_LEASE_DURATION_S": "5",
+           "ASCEND_LLM_OPERATOR_LEASE_RENEW_DEADLINE_S": "4", "ASCEND_LLM_OPERATOR_LEASE_RETRY_PERIOD_S": "1.5"}
+    first = OperatorProcess(operator.kubeconfig, tmp_path / "first.log", env, standalone=False, liveness_port=18082)
+    second = OperatorProcess(operator.kubeconfig, tmp_path / "second.log", env, standalone=False,
+                             liveness_port=18083)
+    coordination = kubernetes.client.CoordinationV1Api(api)
+    try:
+        first.start()
+        wait_for("the first replica to lead", lambda: "leads; reconciling" in first.output())
+        second.start()  # both answer their liveness probe
+        create(api, namespace, "ha", SMALL_NPU_SPEC)
+        settled(api, namespace, "ha")
+        holder = coordination.read_namespaced_lease("ascend-llm-operator", namespace).spec.holder_identity
+        assert holder in first.output() and "leads; reconciling" not in second.output()
+        assert f"{namespace}/ha: created" in first.output() and f"{namespace}/ha" not in second.output()
+
+        first.stop(signal.SIGKILL)  # no release: the standby waits for the lease to expire
+        wait_for("the standby to lead", lambda: "leads; reconciling" in second.output(), timeout_s=30)
+        _clients(api)[1].patch_namespaced_deployment_scale("ha", namespace, {"spec": {"replicas": 5}})
+        wait_for("the new leader to repair the Deployment",
+                 lambda: _clients(api)[1].read_namespaced_deployment("ha", namespace).spec.replicas == 2,
+                 timeout_s=15)
+    finally:
+        first.stop()
+        second.stop()
+        operator.start()

@@ -1,58 +1,54 @@
-"""ascend_operator.handlers.handle_startup.tune_kopf: kopf settings for HA (peering priority).
+"""ascend_operator.handlers.handle_startup.tune_kopf and ascend_operator.leader (pure parts).
 
-Covered: replicas with peering get distinct priorities (kopf pauses every operator when two peers
-share one), stable per pod name, from POD_ID before HOSTNAME, random without either; a priority
-given on the command line (--priority) is kept; standalone operators are left at kopf's default.
+Covered: kopf's own peering is always off (it would pause kopf's watches but not the work
+queue); leader election is on unless the settings or ``--standalone`` say the operator runs
+alone; the Lease's namespace comes from the setting, then POD_NAMESPACE, else a clear error;
+holder identities name the pod and differ between two starts of it.
 """
 
 from __future__ import annotations
 
 import kopf
 import pytest
-from ascend_operator.handlers.handle_startup import (
-    KOPF_DEFAULT_PRIORITY,
-    PRIORITY_SPACE,
-    peering_priority,
-    tune_kopf,
-)
+from ascend_operator.handlers.handle_startup import tune_kopf
+from ascend_operator.leader import identity, own_namespace
 from ascend_operator.settings import OperatorSettings
 
 
-def configured(monkeypatch: pytest.MonkeyPatch, *, standalone: bool, pod: str | None,
-               priority: int | None = None) -> kopf.OperatorSettings:
-    monkeypatch.delenv("HOSTNAME", raising=False)
-    if pod is None:
-        monkeypatch.delenv("POD_ID", raising=False)
-    else:
-        monkeypatch.setenv("POD_ID", pod)
+@pytest.mark.parametrize(("cli_standalone", "setting", "elect"), [
+    (False, False, True), (True, False, False), (False, True, False),
+])
+def test_leader_election_unless_standalone_and_kopf_peering_always_off(
+        cli_standalone: bool, setting: bool, elect: bool) -> None:
     settings = kopf.OperatorSettings()
-    if priority is not None:
-        settings.peering.priority = priority  # as kopf's --priority sets it before start-up
-    tune_kopf(settings, OperatorSettings(standalone=standalone))
-    return settings
-
-
-def test_peering_replicas_get_distinct_stable_priorities(monkeypatch: pytest.MonkeyPatch) -> None:
-    first = configured(monkeypatch, standalone=False, pod="ascend-llm-operator-7d9f-abcde").peering.priority
-    second = configured(monkeypatch, standalone=False, pod="ascend-llm-operator-7d9f-fghij").peering.priority
-    again = configured(monkeypatch, standalone=False, pod="ascend-llm-operator-7d9f-abcde").peering.priority
-    assert first != second
-    assert first == again
-    assert 0 < first <= PRIORITY_SPACE and 0 < second <= PRIORITY_SPACE
-
-
-def test_pod_id_wins_over_hostname_and_random_without_either() -> None:
-    assert peering_priority({"POD_ID": "a", "HOSTNAME": "b"}) == peering_priority({"HOSTNAME": "a"})
-    assert peering_priority({"HOSTNAME": "a"}) != peering_priority({"HOSTNAME": "b"})
-    drawn = {peering_priority({}) for _ in range(20)}
-    assert len(drawn) > 1 and all(0 < value <= PRIORITY_SPACE for value in drawn)
-
-
-def test_a_command_line_priority_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert configured(monkeypatch, standalone=False, pod="p-1", priority=100).peering.priority == 100
-
-
-def test_standalone_leaves_the_default_priority(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = configured(monkeypatch, standalone=True, pod="p-1")
+    settings.peering.standalone = cli_standalone  # as kopf.run(standalone=...) sets it
+    assert tune_kopf(settings, OperatorSettings(standalone=setting)) is elect
     assert settings.peering.standalone is True
-    assert settings.peering.priority == KOPF_DEFAULT_PRIORITY
+
+
+def test_the_lease_namespace_comes_from_the_setting_then_the_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    assert own_namespace("explicit") == "explicit"
+    assert own_namespace(None) == "ops"
+    monkeypatch.delenv("POD_NAMESPACE")
+    monkeypatch.setattr("ascend_operator.leader.SERVICE_ACCOUNT_NAMESPACE", "/nonexistent/namespace")
+    with pytest.raises(ValueError, match="ASCEND_LLM_OPERATOR_LEASE_NAMESPACE"):
+        own_namespace(None)
+
+
+def test_identities_name_the_pod_and_differ_per_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_ID", "ascend-llm-operator-7d9f-abcde")
+    first, second = identity(), identity()
+    assert first.startswith("ascend-llm-operator-7d9f-abcde_") and first != second
+
+
+@pytest.mark.parametrize("env", [
+    {"ASCEND_LLM_OPERATOR_LEASE_RETRY_PERIOD_S": "0.5"},
+    {"ASCEND_LLM_OPERATOR_LEASE_RENEW_DEADLINE_S": "2"},
+    {"ASCEND_LLM_OPERATOR_LEASE_DURATION_S": "9"},
+])
+def test_lease_timings_the_election_would_refuse_stop_the_start_with_their_names(env: dict[str, str]) -> None:
+    from ascend_operator.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="ASCEND_LLM_OPERATOR_LEASE_"):
+        load_settings(env)

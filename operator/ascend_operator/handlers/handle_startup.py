@@ -8,11 +8,8 @@ them there. Whichever runs first, login or start-up, loads them and stores them 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import secrets
-from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -21,6 +18,7 @@ from ascend_operator.api import GROUP
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_reconcile
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
+from ascend_operator.leader import LeaderElector, LeaseTiming, own_namespace
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
 
@@ -45,27 +43,6 @@ CONNECT_TIMEOUT_S = 30
 REQUEST_TIMEOUT_S = 60
 
 
-#: kopf's default peering priority; a value other than this came from ``--priority`` (or ``--dev``).
-KOPF_DEFAULT_PRIORITY = 0
-#: Priorities are drawn from [1, 2**31): far apart enough that two replicas practically never tie
-#: (kopf pauses *every* operator when two peers have the same priority), and within a Go int32.
-PRIORITY_SPACE = 2**31 - 1
-#: Where the pod's name is found: the chart sets POD_ID (kopf's own identity variable) from
-#: metadata.name; HOSTNAME is the pod name in any pod.
-POD_NAME_VARIABLES = ("POD_ID", "HOSTNAME")
-
-
-def peering_priority(env: Mapping[str, str]) -> int:
-    """A peering priority for this operator replica: a stable hash of its pod name (the same pod
-    keeps its priority across container restarts), or random when no name is known."""
-
-    pod_name = next((env[key] for key in POD_NAME_VARIABLES if env.get(key)), None)
-    if pod_name is None:
-        return 1 + secrets.randbelow(PRIORITY_SPACE)
-    digest = int.from_bytes(hashlib.sha256(pod_name.encode("utf-8")).digest()[:8], "big")
-    return 1 + digest % PRIORITY_SPACE
-
-
 def operator_settings(memo: Any) -> OperatorSettings:
     """The operator settings from the memo, loading them from the environment the first time."""
 
@@ -84,8 +61,8 @@ def api_server(settings: OperatorSettings) -> str | None:
     return str(value) if value else None
 
 
-def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> None:
-    """kopf's settings for this operator (pure: no connection is made)."""
+def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> bool:
+    """kopf's settings for this operator (pure: no connection is made); whether to elect a leader."""
 
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -106,23 +83,19 @@ def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> None:
     # operator never sees (nor holds in memory) another workload's pods or ConfigMaps.
     for kind in WATCHED_KINDS:
         settings.watching.label_selectors[kind.api_version, kind.plural] = RESOURCE_LABEL
-    # One active operator at a time: replicas elect a leader through kopf's peering object,
-    # unless the settings or the command line (--standalone) say the operator runs alone.
-    # Whether the peering object is cluster-wide follows the watched namespaces (kopf sets it).
-    settings.peering.standalone = bool(settings.peering.standalone) or ops.standalone
-    settings.peering.name = ops.peering_name
-    # kopf pauses every operator that sees a peer of the same priority (kopf docs, "Peering"), and
-    # all replicas of a Deployment would otherwise share the default 0: give each its own, so the
-    # highest one acts and the others wait, unless --priority chose one already.
-    if not settings.peering.standalone and settings.peering.priority == KOPF_DEFAULT_PRIORITY:
-        settings.peering.priority = peering_priority(os.environ)
+    # One active operator at a time: replicas elect a leader with a Lease (ascend_operator.leader),
+    # unless the settings or the command line (--standalone) say the operator runs alone. kopf's
+    # own peering stays off either way: it pauses kopf's watches, not the operator's work queue.
+    elect = not (settings.peering.standalone or ops.standalone)
+    settings.peering.standalone = True
+    return elect
 
 
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger) -> None:
     """Tune kopf, connect to the API once, start the work queue."""
 
     ops = operator_settings(memo)
-    tune_kopf(settings, ops)
+    elect = tune_kopf(settings, ops)
 
     # One pooled connection per worker thread: no request waits for, or discards, a connection.
     workers = ops.max_concurrent_reconciles * 2
@@ -137,9 +110,18 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
                       backoff_max_s=ops.retry_backoff_max_s),
     )
     memo[MEMO_KEY] = ctx
-    logger.info("ascend-llm operator configured: namespaces=%s, resync every %ss, standalone=%s, "
-                "peering priority %s", ",".join(ops.namespaces) or "(all)", ops.resync_interval_s,
-                settings.peering.standalone, settings.peering.priority)
+    if elect:
+        ctx.queue.pause()  # a standby keeps its store current and reconciles nothing
+
+        def lead() -> None:
+            ctx.work.resume()
+            for key in ctx.store.keys():
+                ctx.work.request(key)
+
+        timing = LeaseTiming(ops.lease_duration_s, ops.lease_renew_deadline_s, ops.lease_retry_period_s)
+        LeaderElector(ctx.kube.api_client, ops.lease_name, own_namespace(ops.lease_namespace), lead, timing).start()
+    logger.info("ascend-llm operator configured: resync every %ss, leader election %s",
+                ops.resync_interval_s, "on" if elect else "off (standalone)")
 
 
 def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,
