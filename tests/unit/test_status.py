@@ -239,6 +239,51 @@ def test_a_child_conflict_stops_progressing() -> None:
     assert status["conditions"][1] == cond("Progressing", "False", "ChildConflict", "ConfigMap llm/qwen-config exists")
 
 
+def test_a_refused_child_fails_a_resource_without_ready_replicas_and_degrades_one_with() -> None:
+    from dataclasses import replace
+
+    refused = "the API server refused Deployment qwen (HTTP 422): spec.template...: Invalid value"
+    status = compute_status(spec(replicas=1), replace(observe([]), refused=refused), None, NOW)
+    assert status["phase"] == "Failed"
+    assert status["conditions"][1] == cond("Progressing", "False", "ChildRefused", refused)
+    assert status["conditions"][0]["status"] == "False" and refused in status["conditions"][0]["message"]
+    assert transition_events(None, status)[0] == ("Warning", "ChildRefused", refused)
+    serving = compute_status(spec(replicas=2), replace(observe([pod("a"), pod("b")]), refused=refused), None, NOW)
+    assert serving["phase"] == "Degraded" and serving["readyReplicas"] == 2
+
+
+def test_a_workload_that_cannot_make_pods_says_why() -> None:
+    from dataclasses import replace
+
+    message = 'pods "qwen-7d-" is forbidden: no PriorityClass with name x was found'
+    workload = {"status": {"conditions": [
+        {"type": "Available", "status": "False"},
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}]}}
+    status = compute_status(spec(replicas=1), replace(observe([]), workload=workload), None, NOW)
+    assert status["phase"] == "Failed"
+    assert status["conditions"][1] == cond("Progressing", "False", "FailedCreate", message)
+    stuck = {"status": {"conditions": [{"type": "Progressing", "status": "False",
+                                        "reason": "ProgressDeadlineExceeded", "message": "too slow"}]}}
+    status = compute_status(spec(replicas=1), replace(observe([]), workload=stuck), None, NOW)
+    assert status["conditions"][1]["reason"] == "ProgressDeadlineExceeded"
+    healthy = {"status": {"conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"}]}}
+    ready = compute_status(spec(replicas=1), replace(observe([pod("a")]), workload=healthy), None, NOW)
+    assert ready["phase"] == "Ready"
+
+
+def test_more_ready_replicas_than_wanted_is_scaling_not_ready() -> None:
+    status = compute_status(spec(replicas=1), observe([pod("a"), pod("b")]), None, NOW)
+    assert status["phase"] == "Scaling" and status["ready"] == "2/1"
+    assert status["conditions"][0]["status"] == "False"
+
+
+def test_the_phase_is_ready_exactly_when_the_ready_condition_is_true() -> None:
+    cases = [observe([]), observe([pod("a")]), observe([pod("a"), pod("b")]), observe([pod("a", ready=False)])]
+    for observation in cases:
+        status = compute_status(spec(replicas=1), observation, None, NOW)
+        assert (status["phase"] == "Ready") == (status["conditions"][0]["status"] == "True")
+
+
 def test_set_condition_moves_the_transition_time_only_on_a_flip() -> None:
     start = set_condition([], "Ready", False, "Pending", "no pods yet", NOW, 1)
     assert start == [{"type": "Ready", "status": "False", "reason": "Pending", "message": "no pods yet",

@@ -1,0 +1,70 @@
+"""ascend_operator.store and handlers.handle_events: watch events -> store -> queue requests.
+
+Covered: a newer resourceVersion replaces the body and an older one is ignored (a late watch
+event never rolls back a status just written); the echo of our own write (same version) asks
+for no reconcile; a change does; DELETED forgets the key; a child or pod event requests its
+resource's reconcile (debounced) by the resource label, and a foreign object's does nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ascend_operator.handlers import OperatorContext
+from ascend_operator.handlers.handle_events import CHILD_DEBOUNCE_S, child_event, resource_event
+from ascend_operator.store import ResourceStore
+
+
+def body(version: str, name: str = "qwen", phase: str = "Ready") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "llm", "resourceVersion": version, "uid": "u"},
+            "spec": {}, "status": {"phase": phase}}
+
+
+class Queue:
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, float]] = []
+        self.forgotten: list[str] = []
+
+    def start(self) -> None:
+        pass
+
+    def request(self, key: str, delay_s: float = 0.0) -> None:
+        self.requests.append((key, delay_s))
+
+    def forget(self, key: str) -> None:
+        self.forgotten.append(key)
+
+
+def context() -> tuple[OperatorContext, Queue]:
+    queue = Queue()
+    ctx = OperatorContext(settings=None, kube=None, store=ResourceStore(), queue=queue)  # type: ignore[arg-type]
+    return ctx, queue
+
+
+def test_the_newer_version_wins() -> None:
+    store = ResourceStore()
+    assert store.put(body("10", phase="Ready"))
+    assert not store.put(body("9", phase="Pending"))
+    assert store.get("llm/qwen")["status"]["phase"] == "Ready"
+    assert store.put(body("11", phase="Degraded"))
+    assert store.key_for_label("llm", "qwen") == "llm/qwen"
+
+
+def test_the_echo_of_our_own_write_asks_for_nothing_and_a_change_does() -> None:
+    ctx, queue = context()
+    resource_event(ctx, None, body("5"))
+    ctx.store.put(body("6"))  # the response to our status patch
+    resource_event(ctx, "MODIFIED", body("6"))  # its watch event
+    resource_event(ctx, "MODIFIED", body("7"))  # someone edited the spec
+    assert queue.requests == [("llm/qwen", 0.0), ("llm/qwen", 0.0)]
+    resource_event(ctx, "DELETED", body("8"))
+    assert queue.forgotten == ["llm/qwen"] and ctx.store.get("llm/qwen") is None
+
+
+def test_child_events_request_their_resource_by_label() -> None:
+    ctx, queue = context()
+    ctx.store.put(body("1"))
+    child_event(ctx, "MODIFIED", {"metadata": {"namespace": "llm", "labels": {"llm.ascend.dev/deployment": "qwen"}}})
+    child_event(ctx, "MODIFIED", {"metadata": {"namespace": "other", "labels": {"llm.ascend.dev/deployment": "qwen"}}})
+    child_event(ctx, "MODIFIED", {"metadata": {"namespace": "llm", "labels": {}}})
+    assert queue.requests == [("llm/qwen", CHILD_DEBOUNCE_S)]

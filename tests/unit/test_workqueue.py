@@ -1,0 +1,109 @@
+"""ascend_operator.workqueue: the keyed queue the reconciles run from.
+
+Covered: a burst of requests for one key runs it once; a request during a run runs it once more
+afterwards (no change lost); one key never runs twice at once while different keys run in
+parallel up to the concurrency; the worker's requeue delay is honoured; failures back off
+exponentially and a success resets it; a forgotten key does not run; a paused queue runs
+nothing until resumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from ascend_operator.workqueue import QueueSettings, WorkQueue
+
+
+class Recorder:
+    def __init__(self, delay_s: float = 0.0, requeue: float | None = None, fail: int = 0) -> None:
+        self.runs: list[tuple[str, float]] = []
+        self.active: dict[str, int] = {}
+        self.max_parallel = 0
+        self.overlap = False
+        self.delay_s, self.requeue, self.fail = delay_s, requeue, fail
+
+    async def __call__(self, key: str) -> float | None:
+        loop = asyncio.get_running_loop()
+        self.runs.append((key, loop.time()))
+        self.active[key] = self.active.get(key, 0) + 1
+        self.overlap |= self.active[key] > 1
+        self.max_parallel = max(self.max_parallel, sum(self.active.values()))
+        try:
+            await asyncio.sleep(self.delay_s)
+            if self.fail > 0:
+                self.fail -= 1
+                raise RuntimeError("boom")
+            return self.requeue
+        finally:
+            self.active[key] -= 1
+
+
+async def run_queue(worker: Recorder, settings: QueueSettings | None = None) -> WorkQueue:
+    queue = WorkQueue(worker, settings)
+    queue.start()
+    return queue
+
+
+async def test_a_burst_runs_once_and_a_request_during_a_run_runs_once_more() -> None:
+    worker = Recorder(delay_s=0.1)
+    queue = await run_queue(worker)
+    for _ in range(10):
+        queue.request("a")
+    await asyncio.sleep(0.05)
+    for _ in range(5):
+        queue.request("a")  # while running
+    await asyncio.sleep(0.4)
+    await queue.stop()
+    assert [key for key, _ in worker.runs] == ["a", "a"]
+    assert not worker.overlap
+
+
+async def test_keys_run_in_parallel_up_to_the_concurrency() -> None:
+    worker = Recorder(delay_s=0.1)
+    queue = await run_queue(worker, QueueSettings(concurrency=3))
+    for key in "abcdefg":
+        queue.request(key)
+    await asyncio.sleep(0.5)
+    await queue.stop()
+    assert sorted(key for key, _ in worker.runs) == list("abcdefg")
+    assert worker.max_parallel == 3
+
+
+async def test_the_requeue_delay_is_honoured() -> None:
+    worker = Recorder(requeue=0.2)
+    queue = await run_queue(worker)
+    queue.request("a")
+    await asyncio.sleep(0.5)
+    await queue.stop()
+    times = [t for _, t in worker.runs]
+    assert len(times) == 3  # at 0, 0.2, 0.4
+    assert all(0.18 <= b - a <= 0.3 for a, b in zip(times, times[1:]))
+
+
+async def test_failures_back_off_exponentially_and_a_success_resets() -> None:
+    worker = Recorder(fail=3)
+    queue = await run_queue(worker, QueueSettings(backoff_base_s=0.05, backoff_max_s=1.0))
+    queue.request("a")
+    await asyncio.sleep(0.6)
+    gaps = [b - a for (_, a), (_, b) in zip(worker.runs, worker.runs[1:])]
+    assert len(worker.runs) == 4  # three failures, then a success that asks for no requeue
+    assert gaps[0] == pytest.approx(0.05, abs=0.03) and gaps[1] == pytest.approx(0.1, abs=0.03)
+    assert gaps[2] == pytest.approx(0.2, abs=0.04)
+    assert queue.failures("a") == 0
+    await queue.stop()
+
+
+async def test_a_forgotten_key_does_not_run_and_a_paused_queue_waits() -> None:
+    worker = Recorder()
+    queue = await run_queue(worker)
+    queue.request("gone", 0.1)
+    queue.forget("gone")
+    queue.pause()
+    queue.request("later")
+    await asyncio.sleep(0.3)
+    assert worker.runs == []
+    queue.resume()
+    await asyncio.sleep(0.1)
+    await queue.stop()
+    assert [key for key, _ in worker.runs] == ["later"]
