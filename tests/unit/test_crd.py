@@ -271,7 +271,10 @@ def test_conversion_refuses_what_it_cannot_express(node: dict[str, Any], message
 def _rules_at(path: str) -> list[dict[str, str]]:
     node: dict[str, Any] = SCHEMA["properties"]["spec"]
     for part in filter(None, path.split(".")):
-        node = node["properties"][part]
+        if part.endswith("{}"):
+            node = node["properties"][part[:-2]]["additionalProperties"]
+        else:
+            node = node["properties"][part]
     return node.get("x-kubernetes-validations", [])
 
 
@@ -282,14 +285,21 @@ RULE_PATHS = {
     api.GraphSpec: ".graph",
     api.AutoscalingSpec: ".autoscaling",
     api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
+    api.HostPathSource: ".model.hostPath",
+    api.EngineSpec: ".engine",
+    api.EnvValueSource: ".engine.envValueFrom{}",
 }
 
 
-def _value_at(spec: dict[str, Any], path: str) -> Any:
-    value: Any = spec
+def _values_at(spec: dict[str, Any], path: str) -> list[Any]:
+    """The nodes at ``path``; ``name{}`` steps into every value of the map ``name``."""
+    values: list[Any] = [spec]
     for part in filter(None, path.split(".")):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+        key = part.removesuffix("{}")
+        values = [v.get(key) for v in values if isinstance(v, dict) and v.get(key) is not None]
+        if part.endswith("{}"):
+            values = [item for v in values if isinstance(v, dict) for item in v.values()]
+    return values
 
 
 def failing_cel_messages(spec: dict[str, Any]) -> set[str]:
@@ -297,13 +307,11 @@ def failing_cel_messages(spec: dict[str, Any]) -> set[str]:
     env = celpy.Environment()
     failed = set()
     for path in RULE_PATHS.values():
-        value = _value_at(spec, path)
-        if value is None:
-            continue
-        for rule in _rules_at(path):
-            program = env.program(env.compile(rule["rule"]))
-            if not program.evaluate({"self": celpy.json_to_cel(value)}):
-                failed.add(rule["message"])
+        for value in _values_at(spec, path):
+            for rule in _rules_at(path):
+                program = env.program(env.compile(rule["rule"]))
+                if not program.evaluate({"self": celpy.json_to_cel(value)}):
+                    failed.add(rule["message"])
     return failed
 
 
@@ -410,6 +418,38 @@ RULE_CASES = {
     "autoscaling kv fraction": {"model": HF, "autoscaling": {"maxReplicas": 4, "signal": "kvCacheUsage", "target": 0.75}},
     "autoscaling kv above one": {"model": HF, "autoscaling": {"maxReplicas": 4, "signal": "kvCacheUsage", "target": 1.5}},
     "autoscaling waiting above one": {"model": HF, "autoscaling": {"maxReplicas": 4, "target": 1.5}},
+    # Multi-tenant safety: hostPath shape, reserved flags and env, env from Secrets.
+    "hostPath plain": {"model": {"hostPath": {"path": "/data/models/qwen"}}},
+    "hostPath dotdot": {"model": {"hostPath": {"path": "/data/models/../../etc"}}},
+    "hostPath dot": {"model": {"hostPath": {"path": "/data/./models"}}},
+    "hostPath dotdot at end": {"model": {"hostPath": {"path": "/data/.."}}},
+    "hostPath dotted name": {"model": {"hostPath": {"path": "/data/..models/.cache"}}},
+    "env from secret": {"model": HF, "engine": {"envValueFrom": {"A": {"secretKeyRef": {"name": "s", "key": "k"}}}}},
+    "env from both": {"model": HF, "engine": {"envValueFrom": {"A": {
+        "secretKeyRef": {"name": "s", "key": "k"}, "configMapKeyRef": {"name": "c", "key": "k"}}}}},
+    "env from nothing": {"model": HF, "engine": {"envValueFrom": {"A": {}}}},
+    "env twice": {"model": HF, "engine": {"env": {"A": "1"}, "envValueFrom": {
+        "A": {"configMapKeyRef": {"name": "c", "key": "k"}}}}},
+    "harmless flags": {"model": HF, "engine": {"extraArgs": ["--seed", "1", "--portal", "--hostname=x",
+                                                            "--model-impl", "vllm", "--config-format", "x"]}},
+    **{
+        f"flag {token}": {"model": HF, "engine": {"extraArgs": ["--seed", "1", token, "2"]}}
+        for token in ("--port", "--port=9", "--host", "--model", "--served-model-name", "-tp", "--tensor_parallel_size=2",
+                      "--pipeline-parallel-size", "-pp", "-dp", "--data-parallel-size", "-dpl", "-dpr", "-dpn", "-dpa",
+                      "-dpp", "--headless", "--distributed-executor-backend", "-asc", "--enforce-eager",
+                      "--no-enforce-eager", "-cc", "--compilation-config.cudagraph_mode", "-O3", "--additional-config",
+                      "--shutdown-timeout", "--config", "--allowed-local-media-path=/", "--api-key")
+    },
+    **{
+        f"env {name}": {"model": HF, "engine": {"env": {name: "x"}}}
+        for name in ("ASCEND_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_LLM_CONFIG", "HF_TOKEN",
+                     "MODELSCOPE_API_TOKEN", "HF_HOME", "MODELSCOPE_CACHE", "VLLM_USE_MODELSCOPE", "VLLM_API_KEY",
+                     "VLLM_CPU_KVCACHE_SPACE", "VLLM_HOST_IP", "VLLM_PORT", "POD_IP", "LWS_LEADER_ADDRESS",
+                     "HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+    },
+    "env from secret reserved": {"model": HF, "engine": {"envValueFrom": {
+        "VLLM_API_KEY": {"secretKeyRef": {"name": "s", "key": "k"}}}}},
+    "harmless env": {"model": HF, "engine": {"env": {"HCCL_BUFFSIZE": "512", "ASCEND_LLMX": "1", "MY_POD_IP": "x"}}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},
