@@ -484,7 +484,7 @@ def test_chart_exposes_every_operator_setting(helm4: Helm) -> None:
     # Three settings follow from the chart's structure (watchNamespaces, ha) instead.
     derived = {"namespaces", "standalone", "peering_name"}
     # api_server is for tests and local development (no TLS checks): never set by the chart.
-    local_only = {"api_server"}
+    local_only = {"api_server", "api_ca_file", "api_insecure_skip_tls_verify"}
     # Helm's snakecase (the env names in _settings.tpl): a break before an upper-case letter or a
     # digit that follows a lower-case letter, and before an upper-case letter that starts a word.
     snake = {

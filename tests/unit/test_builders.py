@@ -371,7 +371,8 @@ def test_spec_hash_is_stable_and_follows_each_childs_own_content() -> None:
     assert reordered.deployment == first.deployment
 
     def hashes(children: Children) -> dict[str, str]:
-        return {o["kind"]: o["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for o in children.objects()}
+        return {o["metadata"]["name"] if o["kind"] == "Service" else o["kind"]:
+                o["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for o in children.objects()}
 
     scaled = render({**spec, "replicas": 3})
     assert hashes(scaled)["Deployment"] != hashes(first)["Deployment"]
@@ -387,7 +388,8 @@ def test_spec_hash_is_stable_and_follows_each_childs_own_content() -> None:
     assert template_hash(tuned) != template_hash(first)
     ported = render({**spec, "service": {"port": 80}})
     assert (
-        hashes(ported)["Service"] != hashes(first)["Service"]
+        hashes(ported)["demo"] != hashes(first)["demo"]
+        and hashes(ported)["demo-runtime"] == hashes(first)["demo-runtime"]
         and hashes(ported)["Deployment"] == hashes(first)["Deployment"]
     )
 
@@ -569,7 +571,7 @@ EXPECTED_A3_DEPLOYMENT = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen3-30b-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "5e36690b325a63d6"},
+            "annotations": {"llm.ascend.dev/spec-hash": "71250c41a78a5c75"},
         },
         "spec": {
             "type": "LoadBalancer",
@@ -580,7 +582,6 @@ EXPECTED_A3_DEPLOYMENT = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -823,7 +824,7 @@ EXPECTED_CPU_TINY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "cpu-tiny",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "ac71136b2e817317"},
+            "annotations": {"llm.ascend.dev/spec-hash": "2f5c36509a44f7ae"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -834,7 +835,6 @@ EXPECTED_CPU_TINY = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -1087,7 +1087,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v2-lite",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "b0affbe44d7eb3ea"},
+            "annotations": {"llm.ascend.dev/spec-hash": "4afb851fc8fdc3d6"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -1098,7 +1098,6 @@ EXPECTED_DEEPSEEK_MOE_EP = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -1357,7 +1356,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen72b",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "8960c4ceb586bc4f"},
+            "annotations": {"llm.ascend.dev/spec-hash": "6c04c3e18bd97bd4"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -1368,7 +1367,6 @@ EXPECTED_QWEN72B_910B_TP8 = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -1623,7 +1621,7 @@ EXPECTED_SMALL_310P = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen-small-310p",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "87737f76ce49b6cc"},
+            "annotations": {"llm.ascend.dev/spec-hash": "1dec105d68d27637"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -1634,7 +1632,6 @@ EXPECTED_SMALL_310P = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },

@@ -51,6 +51,7 @@ from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import OperatorContext, object_lock
 from ascend_operator.k8s import CHILD_KINDS, HPA, Outcome
 from ascend_operator.names import label_value
+from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
     AutoscalingObservation,
     Observation,
@@ -145,6 +146,7 @@ async def _reconcile(ctx: OperatorContext, body: Mapping[str, Any], memo: Any,
 
     try:
         spec = parse_spec(body.get("spec") or {})
+        enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
     except SpecError as error:
         log.info("refusing the spec: %s", error)
         await _publish(ctx, body, memo, previous, invalid_spec_status(previous, str(error), generation, now))

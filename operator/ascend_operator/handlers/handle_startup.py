@@ -19,7 +19,7 @@ import kopf
 from ascend_operator.api import GROUP
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context
 from ascend_operator.k8s import Kube, connect
-from ascend_operator.settings import OperatorSettings, load_settings
+from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 
 SETTINGS_KEY = "ascend_settings"
 
@@ -107,8 +107,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
 
     memo[MEMO_KEY] = OperatorContext(
         settings=ops,
-        kube=Kube(connect(api_server(ops)), field_manager=ops.field_manager,
-                  state_timeout_s=ops.status_read_timeout_s),
+        kube=Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify),
+                  field_manager=ops.field_manager, state_timeout_s=ops.status_read_timeout_s,
+                  state_via_proxy=ops.state_read_mode() == StateRead.PROXY),
     )
     logger.info("ascend-llm operator configured: namespaces=%s, resync every %ss, standalone=%s, "
                 "peering priority %s", ",".join(ops.namespaces) or "(all)", ops.resync_interval_s,
@@ -122,7 +123,9 @@ def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettin
 
     server = api_server(operator_settings(memo))
     if server:
-        return kopf.ConnectionInfo(server=server, insecure=True)
+        ops = operator_settings(memo)
+        return kopf.ConnectionInfo(server=server, insecure=ops.api_insecure_skip_tls_verify,
+                                   ca_path=ops.api_ca_file)
     return kopf.login_via_client(logger=logger, settings=settings, **kwargs)
 
 
