@@ -69,6 +69,7 @@ def operator(kubeconfig_path: str, crd: None, namespace: str) -> Iterator[None]:
 
     # The operator reads its settings and the kubeconfig from the environment, as in a pod.
     env = {"KUBECONFIG": kubeconfig_path, "ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S": "2",
+           "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/models",  # the example's hostPath model
            "ASCEND_LLM_OPERATOR_STANDALONE": "true"}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
