@@ -22,10 +22,12 @@ optional and defaulted, so a spec written before them means what it meant.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from ascend_operator.reserved import RESERVED_ENV, RESERVED_FLAGS, ReservedEnv, ReservedFlag
 from ascend_runtime.config import (
     Chip,
     EngineOptions,
@@ -122,6 +124,8 @@ __all__ = [
     "RolloutStrategy",
     "ScaleToZeroSpec",
     "ScalingRulesSpec",
+    "ConfigMapKeyRef",
+    "EnvValueSource",
     "SecretKeyRef",
     "ServiceSpec",
     "ServiceType",
@@ -293,6 +297,11 @@ class AutoscalerProvider(str, enum.Enum):
 # spec.model
 
 
+#: An absolute path of non-empty segments: no ``//``, no trailing ``/`` (``.`` / ``..`` segments:
+#: a CEL rule, RE2 has no look-ahead). No control characters either.
+HOST_PATH_PATTERN = r"^(/[^/\x00-\x1f]+)+$"
+
+
 class SecretKeyRef(_Spec):
     """A key of a Secret in the resource's namespace."""
 
@@ -300,6 +309,24 @@ class SecretKeyRef(_Spec):
     key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = (
         Field(description="Key in the Secret whose value is the token.")
     )
+
+
+class ConfigMapKeyRef(_Spec):
+    """A key of a ConfigMap in the resource's namespace."""
+
+    name: DnsSubdomain = Field(description="Name of the ConfigMap in the resource's namespace.")
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = (
+        Field(description="Key in the ConfigMap whose value the variable gets.")
+    )
+
+
+class EnvValueSource(_Spec):
+    """Where one engine environment variable's value comes from: a Secret key or a ConfigMap key."""
+
+    secret_key_ref: SecretKeyRef | None = Field(
+        None, description="A key of a Secret; the value is never written to the engine config or logged."
+    )
+    config_map_key_ref: ConfigMapKeyRef | None = Field(None, description="A key of a ConfigMap.")
 
 
 class PvcSource(_Spec):
@@ -318,8 +345,12 @@ class PvcSource(_Spec):
 class HostPathSource(_Spec):
     """Weights in a directory on the node (pre-staged by the cluster admin)."""
 
-    path: Annotated[str, StringConstraints(min_length=2, max_length=1024, pattern=r"^/.+")] = Field(
-        description="Absolute directory on the node holding the weights; mounted read-only."
+    path: Annotated[str, StringConstraints(min_length=2, max_length=1024, pattern=HOST_PATH_PATTERN)] = Field(
+        description=(
+            "Absolute, normalised directory on the node holding the weights (no '.' or '..' segment, "
+            "no '//', no trailing '/'); mounted read-only. Allowed only under a prefix the "
+            "administrator lists (operator setting HOST_PATH_PREFIXES; default: none)."
+        )
     )
 
 
@@ -505,7 +536,27 @@ class EngineSpec(_Spec):
         default_factory=list, max_length=64, description="Further engine arguments, appended verbatim."
     )
     env: dict[EnvName, Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        default_factory=dict, max_length=64, description="Extra environment of the engine process."
+        default_factory=dict,
+        max_length=64,
+        description=(
+            "Extra environment of the engine process, written in plain text to the engine config "
+            "ConfigMap: no secrets here, use envValueFrom."
+        ),
+    )
+    env_value_from: dict[EnvName, EnvValueSource] = Field(
+        default_factory=dict,
+        max_length=64,
+        description=(
+            "Engine environment from Secret or ConfigMap keys (the pod's env valueFrom; never in the "
+            "ConfigMap). Values from Secrets are redacted in the runtime's logs."
+        ),
+    )
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        None,
+        description=(
+            "Secret key holding the API key clients must send (Authorization: Bearer); passed to "
+            "the engine as VLLM_API_KEY, never on its command line. Default: no key."
+        ),
     )
     kv_cache_space_gi_b: int | None = Field(
         None,
@@ -1014,6 +1065,35 @@ def _npus(spec: AscendLLMDeploymentSpec) -> int:
     return p.tensor * p.pipeline * p.data
 
 
+def _flag_rule(flag: ReservedFlag) -> SpecRule:
+    shown = " / ".join(flag.names)
+    return SpecRule(
+        cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !a.matches('{_cel_quote(flag.regex)}'))",
+        message=f"engine.extraArgs must not set {shown}: {flag.hint}",
+        field_path=".extraArgs",
+        holds=lambda e: not any(flag.matches(token) for token in e.extra_args),
+    )
+
+
+def _env_rule(var: ReservedEnv) -> SpecRule:
+    if var.prefix:
+        def test(field: str) -> str:
+            return f"!has(self.{field}) || self.{field}.all(k, !k.startsWith('{var.name}'))"
+    else:
+        def test(field: str) -> str:
+            return f"!has(self.{field}) || !('{var.name}' in self.{field})"
+    return SpecRule(
+        cel=f"({test('env')}) && ({test('envValueFrom')})",
+        message=f"engine.env and engine.envValueFrom must not set {var.shown}: {var.hint}",
+        field_path=".env",
+        holds=lambda e: not any(var.matches(key) for key in (*e.env, *e.env_value_from)),
+    )
+
+
+def _cel_quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
 SPEC_RULES.update(
     {
         Toleration: (
@@ -1035,6 +1115,35 @@ SPEC_RULES.update(
                 field_path=".tolerationSeconds",
                 holds=lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
             ),
+        ),
+        HostPathSource: (
+            SpecRule(
+                cel="!self.path.matches('/\\\\.\\\\.?(/|$)')",
+                message=(
+                    "hostPath.path must be normalised: no '.' or '..' segment; write the directory "
+                    "itself, for example /data/models/qwen"
+                ),
+                field_path=".path",
+                holds=lambda h: re.search(r"/\.\.?(/|$)", h.path) is None,
+            ),
+        ),
+        EnvValueSource: (
+            SpecRule(
+                cel="(has(self.secretKeyRef) ? 1 : 0) + (has(self.configMapKeyRef) ? 1 : 0) == 1",
+                message="set exactly one of secretKeyRef and configMapKeyRef",
+                field_path="",
+                holds=lambda v: (v.secret_key_ref is None) != (v.config_map_key_ref is None),
+            ),
+        ),
+        EngineSpec: (
+            SpecRule(
+                cel="!has(self.env) || !has(self.envValueFrom) || self.envValueFrom.all(k, !(k in self.env))",
+                message="a variable is set in both engine.env and engine.envValueFrom; keep one",
+                field_path=".envValueFrom",
+                holds=lambda e: not set(e.env) & set(e.env_value_from),
+            ),
+            *(_flag_rule(flag) for flag in RESERVED_FLAGS),
+            *(_env_rule(var) for var in RESERVED_ENV),
         ),
         ModelSpec: (
             SpecRule(

@@ -45,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
+import aiohttp
 import kubernetes
 import urllib3
 from ascend_runtime.config import DEFAULT_RUNTIME_PORT, RuntimeState
@@ -167,17 +168,21 @@ def server_message(error: ApiException) -> str:
     return str(error.reason or error.status)
 
 
-def connect(api_server: str | None = None, *, pool_size: int | None = None) -> kubernetes.client.ApiClient:
-    """One API client: ``api_server`` without TLS checks (tests, local development); otherwise the
-    in-cluster service account, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``).
-    ``pool_size`` sizes the connection pool (one per thread that calls the client)."""
+def connect(api_server: str | None = None, *, ca_file: str | None = None, insecure: bool = False,
+            pool_size: int | None = None) -> kubernetes.client.ApiClient:
+    """One API client: ``api_server`` (tests, local development), its certificate verified against
+    ``ca_file`` (else the system CAs) unless ``insecure``; otherwise the in-cluster service
+    account, else the kubeconfig (``KUBECONFIG`` or ``~/.kube/config``). ``pool_size`` sizes the
+    connection pool (one per thread that calls the client)."""
 
     configuration = kubernetes.client.Configuration()
     if pool_size is not None:
         configuration.connection_pool_maxsize = pool_size
     if api_server:
         configuration.host = api_server.rstrip("/")
-        configuration.verify_ssl = False
+        configuration.verify_ssl = not insecure
+        if ca_file:
+            configuration.ssl_ca_cert = ca_file
     else:
         try:
             kubernetes.config.load_incluster_config(client_configuration=configuration)
@@ -201,9 +206,11 @@ class Kube:
     """The API calls of the reconcile, each run in a worker thread."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient, *, field_manager: str,
-                 state_timeout_s: float, workers: int = 8) -> None:
+                 state_timeout_s: float, state_via_proxy: bool = True, workers: int = 8) -> None:
         self._client = api_client
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-llm-api")
+        #: Read /state through the API server's pod proxy (True) or straight from the pod IP.
+        self._state_via_proxy = state_via_proxy
         self._field_manager = field_manager
         self._state_timeout_s = state_timeout_s
         # Built now, at start-up: the first use of an API class costs about a second of imports.
@@ -404,16 +411,34 @@ class Kube:
 
     # ------------------------------------------------------------------ pods and runtime state
 
+    async def _get_direct(self, pod_ip: str, port: int) -> Any:
+        """``GET http://<pod IP>:<port>/state`` (the runtime port serves plain HTTP inside the cluster)."""
+
+        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
+        timeout = aiohttp.ClientTimeout(total=self._state_timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as session, \
+                session.get(f"http://{host}:{port}/{STATE_PATH}") as response:
+            response.raise_for_status()
+            return await response.json(content_type=None)
+
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return await self.list(POD, namespace, selector)
 
-    async def read_state(self, namespace: str, pod: str, port: int = DEFAULT_RUNTIME_PORT) -> RuntimeState | None:
-        """The runtime state of ``pod`` through the API server's pod proxy, or ``None``."""
+    async def read_state(self, namespace: str, pod: str, port: int = DEFAULT_RUNTIME_PORT, *,
+                         pod_ip: str | None = None) -> RuntimeState | None:
+        """The runtime state of ``pod``, or ``None``: from ``pod_ip`` directly unless this client
+        reads through the API server's pod proxy (or the pod has no IP yet)."""
 
         try:
+            if not self._state_via_proxy:
+                if not pod_ip:
+                    return None
+                return RuntimeState.model_validate(await self._get_direct(pod_ip, port))
             body = await self._call(POD, "get", namespace, f"{pod}:{port}", STATE_PATH, resource="pods/proxy",
                                     _request_timeout=self._state_timeout_s)
             return RuntimeState.model_validate(body)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+            logger.debug("state of pod %s/%s not readable at %s: %s", namespace, pod, pod_ip, error)
         except ApiException as error:
             logger.debug("state of pod %s/%s not readable: HTTP %s %s", namespace, pod, error.status, error.reason)
         except urllib3.exceptions.HTTPError as error:
@@ -430,7 +455,9 @@ class Kube:
         running = [name for pod, name in zip(pods, names, strict=True)
                    if (pod.get("status") or {}).get("phase") == "Running"
                    and not pod["metadata"].get("deletionTimestamp")]
-        states = await asyncio.gather(*(self.read_state(namespace, name, port) for name in running))
+        ips = {pod["metadata"]["name"]: (pod.get("status") or {}).get("podIP") for pod in pods}
+        states = await asyncio.gather(*(self.read_state(namespace, name, port, pod_ip=ips[name])
+                                        for name in running))
         result: dict[str, RuntimeState | None] = dict.fromkeys(names)
         result.update(zip(running, states, strict=True))
         return result

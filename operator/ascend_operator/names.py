@@ -84,6 +84,8 @@ class ChildNames:
     leaderworkerset: str = ""
     hpa: str = ""
     scaled_object: str = ""
+    #: The ClusterIP Service of the runtime port (probes' /state, /metrics), apart from the API's.
+    runtime_service: str = ""
 
     @classmethod
     def for_resource(cls, name: str) -> ChildNames:
@@ -97,4 +99,5 @@ class ChildNames:
             leaderworkerset=safe_name(name, "lws", MAX_LWS_NAME_LENGTH),
             hpa=base,
             scaled_object=base,
+            runtime_service=safe_name(name, "runtime"),
         )

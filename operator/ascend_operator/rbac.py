@@ -40,6 +40,8 @@ class Rule:
     cluster_scoped: bool = False
     #: Needed only when peering is on: "cluster" (watching all namespaces) or "namespaced".
     peering: str | None = None
+    #: Needed only when the operator reads pod /state through the pod proxy (setting STATE_READ proxy).
+    pod_proxy: bool = False
 
     def as_policy_rule(self) -> dict[str, Any]:
         """The rule as a Kubernetes ``PolicyRule`` dict."""
@@ -93,19 +95,22 @@ OPERATOR_RULES: tuple[Rule, ...] = (
          "Application: the KEDA ScaledObject: read, server-side apply, prune"),
     Rule(("",), ("pods",), ("list",), "Application: the engine pods, for the status (Kube.list_pods)"),
     Rule(("",), ("pods/proxy",), ("get",),
-         "Application: each runtime's GET /state through the pod proxy (Kube.read_state)"),
+         "Application: each runtime's GET /state through the pod proxy (Kube.read_state), only when "
+         "the operator runs outside the cluster (STATE_READ proxy); in a pod it reads the pod IP",
+         pod_proxy=True),
 )
 
 
-def _selected(*, peering: bool, clusterwide: bool) -> list[Rule]:
+def _selected(*, peering: bool, clusterwide: bool, pod_proxy: bool = False) -> list[Rule]:
     wanted = "cluster" if clusterwide else "namespaced"
-    return [rule for rule in OPERATOR_RULES if rule.peering is None or (peering and rule.peering == wanted)]
+    return [rule for rule in OPERATOR_RULES
+            if (rule.peering is None or (peering and rule.peering == wanted)) and (pod_proxy or not rule.pod_proxy)]
 
 
-def cluster_role_rules(*, peering: bool = True) -> list[dict[str, Any]]:
+def cluster_role_rules(*, peering: bool = True, pod_proxy: bool = False) -> list[dict[str, Any]]:
     """Every rule, for the ClusterRole of an operator that watches all namespaces."""
 
-    return [rule.as_policy_rule() for rule in _selected(peering=peering, clusterwide=True)]
+    return [rule.as_policy_rule() for rule in _selected(peering=peering, clusterwide=True, pod_proxy=pod_proxy)]
 
 
 def cluster_scoped_rules() -> list[dict[str, Any]]:
@@ -114,8 +119,8 @@ def cluster_scoped_rules() -> list[dict[str, Any]]:
     return [rule.as_policy_rule() for rule in OPERATOR_RULES if rule.cluster_scoped and rule.peering is None]
 
 
-def namespaced_rules(*, peering: bool = True) -> list[dict[str, Any]]:
+def namespaced_rules(*, peering: bool = True, pod_proxy: bool = False) -> list[dict[str, Any]]:
     """The rules for a Role in each watched namespace of a namespace-restricted operator."""
 
-    return [rule.as_policy_rule() for rule in _selected(peering=peering, clusterwide=False)
+    return [rule.as_policy_rule() for rule in _selected(peering=peering, clusterwide=False, pod_proxy=pod_proxy)
             if not rule.cluster_scoped]

@@ -8,7 +8,9 @@ Lists (``NAMESPACES``) accept a comma-separated string or a JSON list.
 from __future__ import annotations
 
 import enum
+import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -30,6 +32,25 @@ class HostMounts(str, enum.Enum):
 
     NONE = "none"
     DRIVER = "driver"
+
+
+class StateRead(str, enum.Enum):
+    """How the operator reads each runtime's ``GET /state``.
+
+    ``podIP``: straight from the pod IP (needs no RBAC; the operator's pod must reach the pods'
+    runtime port). ``proxy``: through the API server's pod proxy (needs ``pods/proxy get``; for an
+    operator run outside the cluster). ``auto``: podIP when running in a pod, else proxy.
+    """
+
+    AUTO = "auto"
+    POD_IP = "podIP"
+    PROXY = "proxy"
+
+
+#: A list-valued policy holding this entry allows any value.
+ANY = "*"
+#: What an allowed host path prefix must look like (the same shape spec.model.hostPath.path has).
+_ABSOLUTE_NORMALISED = re.compile(r"^(/[^/\x00-\x1f]+)+$|^/$")
 
 
 class SettingsError(ValueError):
@@ -182,6 +203,29 @@ class OperatorSettings(BaseSettings):
         "vllm_kv_cache_usage_perc", description="Custom-metrics API name of KV cache usage per pod."
     )
 
+    # --- Multi-tenant policies (what a resource may ask for) --------------------------
+    # Each list is what a spec may use; "*" allows anything. The defaults keep a one-team
+    # cluster working (any image, priority class, scheduler, toleration) except host paths,
+    # which give a pod the node's files: none unless the administrator lists a prefix.
+    host_path_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Directories under which spec.model.hostPath.path may lie; empty: no hostPath model.",
+    )
+    allowed_image_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [ANY],
+        description="Prefixes spec.image must start with (for example registry.example.com/llm/); * any.",
+    )
+    allowed_priority_classes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [ANY], description="PriorityClass names spec.npu.priorityClassName may name; * any."
+    )
+    allowed_scheduler_names: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [ANY], description="Schedulers spec.npu.schedulerName may name; * any."
+    )
+    allowed_toleration_keys: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: [ANY],
+        description="Taint keys spec.npu.tolerations may tolerate; * any (and a key-less toleration).",
+    )
+
     # --- kopf / API ------------------------------------------------------------------------
     standalone: bool = Field(False, description="Run without leader election (one operator replica, tests).")
     lease_name: str = Field("ascend-llm-operator", description="Lease the operator replicas elect a leader with.")
@@ -218,9 +262,16 @@ class OperatorSettings(BaseSettings):
     api_server: str | None = Field(
         None,
         description=(
-            "Talk to this API URL without TLS checks instead of in-cluster config or a kubeconfig. "
-            "For tests and local development only; the chart never sets it."
+            "Talk to this API URL instead of in-cluster config or a kubeconfig, verifying its TLS "
+            "certificate (against API_CA_FILE when set). For tests and local development; the chart never sets it."
         ),
+    )
+    api_ca_file: str | None = Field(None, description="CA bundle (PEM file) that signs API_SERVER's certificate.")
+    api_insecure_skip_tls_verify: bool = Field(
+        False, description="Do not verify API_SERVER's certificate (a test API server without a CA file only)."
+    )
+    state_read: StateRead = Field(
+        StateRead.AUTO, description="How pod /state is read: podIP, proxy (pod proxy) or auto."
     )
     cluster_domain: str = Field("cluster.local", description="DNS domain used in status.endpoint.")
 
@@ -234,19 +285,34 @@ class OperatorSettings(BaseSettings):
             raise ValueError("ASCEND_LLM_OPERATOR_LEASE_DURATION_S must exceed ASCEND_LLM_OPERATOR_LEASE_RENEW_DEADLINE_S")
         return self
 
-    @field_validator("namespaces", mode="before")
+    @field_validator(
+        "namespaces",
+        "host_path_prefixes",
+        "allowed_image_prefixes",
+        "allowed_priority_classes",
+        "allowed_scheduler_names",
+        "allowed_toleration_keys",
+        mode="before",
+    )
     @classmethod
-    def _split_namespaces(cls, value: Any) -> Any:
+    def _split_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):
-                import json
-
                 try:
                     return json.loads(text)
                 except json.JSONDecodeError as error:
                     raise ValueError(f"not a JSON list: {error}; or use a comma-separated list") from None
             return [item.strip() for item in text.split(",") if item.strip()]
+        return value
+
+    @field_validator("host_path_prefixes")
+    @classmethod
+    def _absolute_prefixes(cls, value: list[str]) -> list[str]:
+        bad = [prefix for prefix in value if not _ABSOLUTE_NORMALISED.match(prefix) or
+               any(part in (".", "..") for part in prefix.split("/"))]
+        if bad:
+            raise ValueError(f"{bad} not absolute normalised directories (like /data/models, no trailing /)")
         return value
 
     # --- Derived values --------------------------------------------------------------------
@@ -257,6 +323,15 @@ class OperatorSettings(BaseSettings):
             return self.cpu_image or f"{self.image_repository}:{self.image_tag}-vllm-cpu"
         suffix = {Chip.A2_910B: "", Chip.A3: "-a3", Chip.P310: "-310p"}[chip]
         return f"{self.image_repository}:{self.image_tag}-vllm-ascend-{self.vllm_ascend_tag}{suffix}"
+
+    def state_read_mode(self, environ: Mapping[str, str] | None = None) -> StateRead:
+        """``state_read`` with ``auto`` resolved: podIP inside a pod (the service-account env is set)
+        unless an explicit API_SERVER says the operator runs elsewhere, proxy otherwise."""
+        if self.state_read != StateRead.AUTO:
+            return self.state_read
+        env = os.environ if environ is None else environ
+        in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST")) and not self.api_server
+        return StateRead.POD_IP if in_cluster else StateRead.PROXY
 
     def resource_name(self, chip: Chip) -> str:
         """Default extended resource name of ``chip``."""

@@ -381,8 +381,8 @@ class WarmupReport(_Model):
 
 
 class RuntimeState(_Model):
-    """What the runtime publishes at ``GET /state`` on its port; the operator reads it
-    through the API server's pod proxy and writes the resource's status from it."""
+    """What the runtime publishes at ``GET /state`` on its port; the operator reads it (from the
+    pod IP, or through the API server's pod proxy) and writes the resource's status from it."""
 
     model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)
 

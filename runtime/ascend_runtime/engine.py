@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ascend_runtime.logclass import ClassifyResult, Event, LineClassifier, classify_lines
+from ascend_runtime.redact import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class EngineProcess:
     tail: list[str] = field(default_factory=list)
     _reader: asyncio.Task[None] | None = None
     _classifier: LineClassifier = field(default_factory=LineClassifier)
+    #: Masks secret values (secret-sourced env, --api-key) in the logged argv and engine output.
+    _redactor: Redactor = field(default_factory=Redactor.from_env)
 
     @property
     def pid(self) -> int | None:
@@ -56,7 +59,7 @@ class EngineProcess:
         env = dict(os.environ)
         env.update(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        log.info("launching engine: %s", " ".join(self.argv))
+        log.info("launching engine: %s", self._redactor.argv(self.argv))
         self.process = await asyncio.create_subprocess_exec(
             *self.argv,
             env=env,
@@ -78,7 +81,7 @@ class EngineProcess:
                 raw = await stream.read(1 << 16)
             if not raw:
                 return
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            line = self._redactor.text(raw.decode("utf-8", errors="replace").rstrip("\n"))
             if self.echo:
                 sys.stdout.write(line + "\n")
                 sys.stdout.flush()

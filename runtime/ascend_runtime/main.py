@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry
 
+from ascend_runtime import redact
 from ascend_runtime.config import DEFAULT_CONFIG_PATH, ConfigError, EngineConfig, GraphMode, load_config
 from ascend_runtime.distributed import plan_distributed, resolve_distributed
 from ascend_runtime.flags import graph_ladder
@@ -33,6 +34,7 @@ def _setup_logging() -> None:
     level = os.environ.get("ASCEND_LLM_LOG_LEVEL", "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s ascend-llm %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
+    redact.install()  # no secret value in any log line (ascend_runtime.redact)
 
 
 def _load(args: argparse.Namespace) -> EngineConfig:

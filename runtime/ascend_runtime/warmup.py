@@ -11,7 +11,9 @@ template. Every request must succeed; one that fails makes the warmup, and the s
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -92,6 +94,12 @@ class WarmupError(RuntimeError):
     pass
 
 
+def api_key_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The engine's API key as a bearer token when one is set (vLLM guards /v1 with VLLM_API_KEY)."""
+    key = (os.environ if environ is None else environ).get("VLLM_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_len: int | None,
                      max_num_seqs: int | None) -> WarmupResult:
     """Send the plan to the engine at ``base_url``; never raises for engine errors."""
@@ -102,7 +110,7 @@ async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_
     steps: list[dict] = []
     timeout = aiohttp.ClientTimeout(total=config.timeout_s)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession(timeout=timeout, headers=api_key_headers()) as session:
             async with asyncio.timeout(config.timeout_s):
                 for wave in waves:
                     wave_start = time.monotonic()

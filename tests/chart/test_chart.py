@@ -308,8 +308,25 @@ def test_values_rules_carry_the_operators_framework_and_application_comments() -
         f"{rule['kind'].capitalize()}: {rule['comment']}"
         for rule in rules["clusterRules"] + rules["namespacedRules"]
     }
-    expected = {rule.comment for rule in rbac.OPERATOR_RULES if rule.peering is None}
+    # Like peering, the pod-proxy rule is added by the template (only with settings.stateRead proxy).
+    expected = {rule.comment for rule in rbac.OPERATOR_RULES if rule.peering is None and not rule.pod_proxy}
     assert rendered == expected
+
+
+@pytest.mark.parametrize(("name", "clusterwide"), [("default", True), ("namespaced", False)])
+def test_pod_proxy_is_granted_only_with_state_read_proxy(helm: Helm, name: str, clusterwide: bool) -> None:
+    proxy = (("",), ("pods/proxy",), ("get",))
+    plain = helm.render(values(name))
+    proxied = helm.render(values(name), ("settings.stateRead=proxy",))
+    kind = "ClusterRole" if clusterwide else "Role"
+    assert all(proxy not in rule_set(role["rules"]) for role in by_kind(plain, kind) + by_kind(plain, "ClusterRole"))
+    roles = by_kind(proxied, kind)
+    assert roles and all(proxy in rule_set(role["rules"]) for role in roles)
+    expected = (rbac.cluster_role_rules(peering=False, pod_proxy=True) if clusterwide
+                else rbac.namespaced_rules(peering=False, pod_proxy=True))
+    assert all(rule_set(role["rules"]) == rule_set(expected) for role in roles)
+    if not clusterwide:  # scoped to the watched namespaces: never cluster-wide
+        assert proxy not in rule_set(one(proxied, "ClusterRole")["rules"])
 
 
 def test_rbac_has_no_wildcards_and_comments_every_rule(helm: Helm) -> None:
@@ -484,7 +501,7 @@ def test_chart_exposes_every_operator_setting(helm4: Helm) -> None:
     # Three settings follow from the chart's structure (watchNamespaces, ha) instead.
     derived = {"namespaces", "standalone", "peering_name"}
     # api_server is for tests and local development (no TLS checks): never set by the chart.
-    local_only = {"api_server"}
+    local_only = {"api_server", "api_ca_file", "api_insecure_skip_tls_verify"}
     # Helm's snakecase (the env names in _settings.tpl): a break before an upper-case letter or a
     # digit that follows a lower-case letter, and before an upper-case letter that starts a word.
     snake = {
@@ -583,11 +600,14 @@ def test_servicemonitor_selects_the_services_the_operator_builds(helm4: Helm) ->
     monitor = one(helm4.render(values("monitoring")), "ServiceMonitor")
     resource = yaml.safe_load((REPO_ROOT / "examples" / "qwen72b-910b-tp8.yaml").read_text(encoding="utf-8"))
     spec = AscendLLMDeploymentSpec.model_validate(resource["spec"])
-    service = build_children(
-        BuildMeta(resource["metadata"]["name"], "llm-prod"), spec, OperatorSettings()
-    ).service
+    children = build_children(BuildMeta(resource["metadata"]["name"], "llm-prod"), spec, OperatorSettings())
+    service = children.runtime_service
     labels = service["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert service["spec"]["type"] == "ClusterIP"
+    # The clients' Service (possibly a LoadBalancer) is not scraped and carries only the API port.
+    assert not monitor["spec"]["selector"]["matchLabels"].items() <= children.service["metadata"]["labels"].items()
+    assert [p["name"] for p in children.service["spec"]["ports"]] == ["http"]
     (endpoint,) = monitor["spec"]["endpoints"]
     port = next(p for p in service["spec"]["ports"] if p["name"] == endpoint["port"])
     assert port["targetPort"] == "runtime"

@@ -221,3 +221,38 @@ def operator_writes(before: dict[tuple[str, str, str], float], after: dict[tuple
 
     return {key: after[key] - before.get(key, 0) for key in after
             if (key[1], key[2]) in OPERATOR_WRITES and after[key] - before.get(key, 0) > 0}
+
+
+# ----------------------------------------------------------------------------- tenancy tests
+
+
+@pytest.fixture(scope="session")
+def api_client(api: Any) -> Any:
+    return api
+
+
+@pytest.fixture(scope="session")
+def crd_installed(crds: list[str]) -> None:
+    """The CRD of crds/ server-side applied and Established (with the add-on CRDs)."""
+
+
+@pytest.fixture
+def make_namespace(api: Any) -> Iterator[Callable[..., str]]:
+    """``make_namespace(labels)``: a fresh namespace (not one the session's operator watches)
+    whose default ServiceAccount exists; deleted after."""
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(api)
+    made: list[str] = []
+
+    def make(labels: dict[str, str] | None = None) -> str:
+        name = f"tenancy-{uuid.uuid4().hex[:8]}"
+        core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+        made.append(name)
+        wait_for(f"namespace {name}'s default ServiceAccount", lambda: core.list_namespaced_service_account(
+            name, field_selector="metadata.name=default").items)
+        return name
+
+    yield make
+    for name in made:
+        core.delete_namespace(name)

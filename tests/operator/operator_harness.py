@@ -56,7 +56,9 @@ def make_settings(url: str, **overrides: Any) -> OperatorSettings:
     # Discovery refreshes every resync in tests, so a test that serves or withholds an add-on API
     # sees the operator react within a pass or two.
     values: dict[str, Any] = {"standalone": True, "resync_interval_s": RESYNC_S, "status_read_timeout_s": 2.0,
-                              "discovery_ttl_s": RESYNC_S, "progress_poll_interval_s": RESYNC_S}
+                              "discovery_ttl_s": RESYNC_S, "progress_poll_interval_s": RESYNC_S,
+                              # The tests' hostPath models (the default allows no host path).
+                              "host_path_prefixes": ["/m", "/models"]}
     values.update(overrides)
     settings = OperatorSettings(**values)
     return settings.model_copy(update={"api_server": url})

@@ -69,7 +69,9 @@ def expected(spec: dict[str, Any], settings: OperatorSettings, generation: int, 
              name: str = "ds") -> dict[str, dict[str, Any]]:
     children = build_children(BuildMeta(name, NAMESPACE, generation), parse_spec(spec), settings,
                               autoscaler=autoscaler)
-    return {child["kind"]: child for child in children.objects()}
+    # Keyed by kind; the runtime Service (the second Service) as "RuntimeService".
+    return {("RuntimeService" if child is children.runtime_service else child["kind"]): child
+            for child in children.objects()}
 
 
 def body(obj: dict[str, Any] | None) -> dict[str, Any]:
@@ -265,7 +267,7 @@ async def test_writes_per_create_and_zero_writes_per_noop_resync_with_lws_and_au
     # Writes per create: one server-side apply
     # per child, one status patch, and the AutoscalerOwnsReplicas Event.
     assert operator_writes(emulator) == Counter({
-        "PATCH configmaps": 1, "PATCH leaderworkersets": 1, "PATCH services": 1,
+        "PATCH configmaps": 1, "PATCH leaderworkersets": 1, "PATCH services": 2,
         "PATCH poddisruptionbudgets": 1, "PATCH scaledobjects": 1,
         "PATCH ascendllmdeployments/status": 1, "POST events": 1,
     })

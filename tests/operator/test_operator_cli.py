@@ -100,7 +100,8 @@ async def test_operator_run_uses_the_kubeconfig_like_in_production(emulator, tmp
         "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}],
     }), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_LLM_OPERATOR_")}
-    env.update(KUBECONFIG=str(kubeconfig), ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S="0.5")
+    env.update(KUBECONFIG=str(kubeconfig), ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S="0.5",
+               ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES="/m")
     log = tmp_path / "operator.log"
     with log.open("wb") as sink:  # a file, not a pipe: nobody reads a pipe while the test polls
         process = await asyncio.create_subprocess_exec(

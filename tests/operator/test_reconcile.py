@@ -39,7 +39,8 @@ CPU_SPEC: dict[str, Any] = {
     "model": {"hostPath": {"path": "/models/tiny"}, "servedName": "tiny"},
     "engine": {"maxModelLen": 512},
 }
-CHILDREN = {"ConfigMap": CONFIGMAPS, "Deployment": DEPLOYMENTS, "Service": SERVICES, "PodDisruptionBudget": PDBS}
+CHILDREN = {"ConfigMap": CONFIGMAPS, "Deployment": DEPLOYMENTS, "Service": SERVICES, "RuntimeService": SERVICES,
+            "PodDisruptionBudget": PDBS}
 
 
 def operator_writes(emulator: RealisticEmulator, since: int = 0) -> Counter[str]:
@@ -60,7 +61,9 @@ def operator_writes(emulator: RealisticEmulator, since: int = 0) -> Counter[str]
 
 def expected_children(name: str, spec: dict[str, Any], settings: OperatorSettings) -> dict[str, dict[str, Any]]:
     children = build_children(BuildMeta(name, NAMESPACE, 1), parse_spec(spec), settings)
-    return {child["kind"]: child for child in children.objects()}
+    # Keyed by kind; the runtime Service (the second Service) as "RuntimeService".
+    return {("RuntimeService" if child is children.runtime_service else child["kind"]): child
+            for child in children.objects()}
 
 
 def events(emulator: RealisticEmulator, reason: str) -> list[dict[str, Any]]:
@@ -95,7 +98,7 @@ async def test_create_makes_every_child_owned_and_hashed(emulator, operator, ope
     # Writes per create: one server-side apply per child and one status patch; nothing of kopf's
     # (no finalizer, no diff-base annotation: the handlers are event handlers).
     assert operator_writes(emulator) == Counter({
-        "PATCH configmaps": 1, "PATCH deployments": 1, "PATCH services": 1, "PATCH poddisruptionbudgets": 1,
+        "PATCH configmaps": 1, "PATCH deployments": 1, "PATCH services": 2, "PATCH poddisruptionbudgets": 1,
         "PATCH ascendllmdeployments/status": 1,
     })
     status = get_resource(emulator, "tiny")["status"]

@@ -372,7 +372,8 @@ def test_spec_hash_is_stable_and_follows_each_childs_own_content() -> None:
     assert reordered.deployment == first.deployment
 
     def hashes(children: Children) -> dict[str, str]:
-        return {o["kind"]: o["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for o in children.objects()}
+        return {o["metadata"]["name"] if o["kind"] == "Service" else o["kind"]:
+                o["metadata"]["annotations"][SPEC_HASH_ANNOTATION] for o in children.objects()}
 
     scaled = render({**spec, "replicas": 3})
     assert hashes(scaled)["Deployment"] != hashes(first)["Deployment"]
@@ -388,7 +389,8 @@ def test_spec_hash_is_stable_and_follows_each_childs_own_content() -> None:
     assert template_hash(tuned) != template_hash(first)
     ported = render({**spec, "service": {"port": 80}})
     assert (
-        hashes(ported)["Service"] != hashes(first)["Service"]
+        hashes(ported)["demo"] != hashes(first)["demo"]
+        and hashes(ported)["demo-runtime"] == hashes(first)["demo-runtime"]
         and hashes(ported)["Deployment"] == hashes(first)["Deployment"]
     )
 
@@ -570,7 +572,7 @@ EXPECTED_A3_DEPLOYMENT = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen3-30b-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "5e36690b325a63d6"},
+            "annotations": {"llm.ascend.dev/spec-hash": "71250c41a78a5c75"},
         },
         "spec": {
             "type": "LoadBalancer",
@@ -581,7 +583,6 @@ EXPECTED_A3_DEPLOYMENT = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -824,7 +825,7 @@ EXPECTED_CPU_TINY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "cpu-tiny",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "ac71136b2e817317"},
+            "annotations": {"llm.ascend.dev/spec-hash": "2f5c36509a44f7ae"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -835,7 +836,6 @@ EXPECTED_CPU_TINY = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -1088,7 +1088,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v2-lite",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "b0affbe44d7eb3ea"},
+            "annotations": {"llm.ascend.dev/spec-hash": "4afb851fc8fdc3d6"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -1099,7 +1099,6 @@ EXPECTED_DEEPSEEK_MOE_EP = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -1358,7 +1357,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen72b",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "8960c4ceb586bc4f"},
+            "annotations": {"llm.ascend.dev/spec-hash": "6c04c3e18bd97bd4"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -1369,7 +1368,6 @@ EXPECTED_QWEN72B_910B_TP8 = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -1624,7 +1622,7 @@ EXPECTED_SMALL_310P = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen-small-310p",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "87737f76ce49b6cc"},
+            "annotations": {"llm.ascend.dev/spec-hash": "1dec105d68d27637"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -1635,7 +1633,6 @@ EXPECTED_SMALL_310P = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },

@@ -277,13 +277,15 @@ def test_conversion_refuses_what_it_cannot_express(node: dict[str, Any], message
 
 
 def _rules_at(path: str) -> list[dict[str, str]]:
-    """The CEL rules at ``path`` (``[]`` steps into a list's items)."""
+    """The CEL rules at ``path`` (``[]`` steps into a list's items, ``{}`` into a map's values)."""
     node: dict[str, Any] = SCHEMA["properties"]["spec"]
     for part in filter(None, path.split(".")):
-        name, items = part.removesuffix("[]"), part.endswith("[]")
+        name, step = part[:-2] if part.endswith(("[]", "{}")) else part, part[-2:]
         node = node["properties"][name]
-        if items:
+        if step == "[]":
             node = node["items"]
+        elif step == "{}":
+            node = node["additionalProperties"]
     return node.get("x-kubernetes-validations", [])
 
 
@@ -295,17 +297,22 @@ RULE_PATHS = {
     api.AutoscalingSpec: ".autoscaling",
     api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
     api.Toleration: ".npu.tolerations[]",
+    api.HostPathSource: ".model.hostPath",
+    api.EngineSpec: ".engine",
+    api.EnvValueSource: ".engine.envValueFrom{}",
 }
 
 
 def _values_at(spec: dict[str, Any], path: str) -> list[Any]:
-    """The values at ``path`` (``[]`` fans out over a list's items)."""
+    """The nodes at ``path``; ``name[]`` fans out over a list's items, ``name{}`` over a map's values."""
     values: list[Any] = [spec]
     for part in filter(None, path.split(".")):
-        name = part.removesuffix("[]")
-        values = [v.get(name) for v in values if isinstance(v, dict) and v.get(name) is not None]
-        if part.endswith("[]"):
-            values = [item for v in values for item in v]
+        key, step = part[:-2] if part.endswith(("[]", "{}")) else part, part[-2:]
+        values = [v.get(key) for v in values if isinstance(v, dict) and v.get(key) is not None]
+        if step == "[]":
+            values = [item for v in values if isinstance(v, list) for item in v]
+        elif step == "{}":
+            values = [item for v in values if isinstance(v, dict) for item in v.values()]
     return values
 
 
@@ -434,6 +441,38 @@ RULE_CASES = {
     "autoscaling kv fraction": {"model": HF, "autoscaling": {"maxReplicas": 4, "signal": "kvCacheUsage", "target": 0.75}},
     "autoscaling kv above one": {"model": HF, "autoscaling": {"maxReplicas": 4, "signal": "kvCacheUsage", "target": 1.5}},
     "autoscaling waiting above one": {"model": HF, "autoscaling": {"maxReplicas": 4, "target": 1.5}},
+    # Multi-tenant safety: hostPath shape, reserved flags and env, env from Secrets.
+    "hostPath plain": {"model": {"hostPath": {"path": "/data/models/qwen"}}},
+    "hostPath dotdot": {"model": {"hostPath": {"path": "/data/models/../../etc"}}},
+    "hostPath dot": {"model": {"hostPath": {"path": "/data/./models"}}},
+    "hostPath dotdot at end": {"model": {"hostPath": {"path": "/data/.."}}},
+    "hostPath dotted name": {"model": {"hostPath": {"path": "/data/..models/.cache"}}},
+    "env from secret": {"model": HF, "engine": {"envValueFrom": {"A": {"secretKeyRef": {"name": "s", "key": "k"}}}}},
+    "env from both": {"model": HF, "engine": {"envValueFrom": {"A": {
+        "secretKeyRef": {"name": "s", "key": "k"}, "configMapKeyRef": {"name": "c", "key": "k"}}}}},
+    "env from nothing": {"model": HF, "engine": {"envValueFrom": {"A": {}}}},
+    "env twice": {"model": HF, "engine": {"env": {"A": "1"}, "envValueFrom": {
+        "A": {"configMapKeyRef": {"name": "c", "key": "k"}}}}},
+    "harmless flags": {"model": HF, "engine": {"extraArgs": ["--seed", "1", "--portal", "--hostname=x",
+                                                            "--model-impl", "vllm", "--config-format", "x"]}},
+    **{
+        f"flag {token}": {"model": HF, "engine": {"extraArgs": ["--seed", "1", token, "2"]}}
+        for token in ("--port", "--port=9", "--host", "--model", "--served-model-name", "-tp", "--tensor_parallel_size=2",
+                      "--pipeline-parallel-size", "-pp", "-dp", "--data-parallel-size", "-dpl", "-dpr", "-dpn", "-dpa",
+                      "-dpp", "--headless", "--distributed-executor-backend", "-asc", "--enforce-eager",
+                      "--no-enforce-eager", "-cc", "--compilation-config.cudagraph_mode", "-O3", "--additional-config",
+                      "--shutdown-timeout", "--config", "--allowed-local-media-path=/", "--api-key")
+    },
+    **{
+        f"env {name}": {"model": HF, "engine": {"env": {name: "x"}}}
+        for name in ("ASCEND_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "ASCEND_LLM_CONFIG", "HF_TOKEN",
+                     "MODELSCOPE_API_TOKEN", "HF_HOME", "MODELSCOPE_CACHE", "VLLM_USE_MODELSCOPE", "VLLM_API_KEY",
+                     "VLLM_CPU_KVCACHE_SPACE", "VLLM_HOST_IP", "VLLM_PORT", "POD_IP", "LWS_LEADER_ADDRESS",
+                     "HCCL_IF_IP", "HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+    },
+    "env from secret reserved": {"model": HF, "engine": {"envValueFrom": {
+        "VLLM_API_KEY": {"secretKeyRef": {"name": "s", "key": "k"}}}}},
+    "harmless env": {"model": HF, "engine": {"env": {"HCCL_BUFFSIZE": "512", "ASCEND_LLMX": "1", "MY_POD_IP": "x"}}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},

@@ -103,6 +103,7 @@ def test_multinode_example_renders_the_expected_manifests(
         "ConfigMap",
         "LeaderWorkerSet",
         "Service",
+        "Service",
         "PodDisruptionBudget",
     ]
 
@@ -578,7 +579,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "be600e8f7548361e"},
+            "annotations": {"llm.ascend.dev/spec-hash": "c65ddabe0b1aa85f"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -590,7 +591,6 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },
@@ -977,7 +977,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-r1-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "b3b06d1dde305013"},
+            "annotations": {"llm.ascend.dev/spec-hash": "4cd4f60731a11fd9"},
         },
         "spec": {
             "type": "ClusterIP",
@@ -989,7 +989,6 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
             },
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
-                {"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"},
             ],
         },
     },

@@ -73,9 +73,11 @@ def test_child_names_for_a_resource() -> None:
         leaderworkerset="qwen72b-lws",
         hpa="qwen72b",
         scaled_object="qwen72b",
+        runtime_service="qwen72b-runtime",
     )
     long = ChildNames.for_resource("x" * 253)
-    for name in (long.deployment, long.service, long.configmap, long.pdb, long.hpa, long.scaled_object):
+    for name in (long.deployment, long.service, long.configmap, long.pdb, long.hpa, long.scaled_object,
+                 long.runtime_service):
         assert is_dns1035_label(name)
 
 

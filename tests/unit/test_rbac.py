@@ -72,4 +72,12 @@ def test_scopes() -> None:
     assert {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
             "verbs": ["get", "list", "watch", "patch"]} in per_namespace
     assert not any(r in per_namespace for r in cluster_only)
-    assert len(everything) == len(OPERATOR_RULES) - 1  # all but the namespaced peering rule
+    assert len(everything) == len(OPERATOR_RULES) - 2  # all but the namespaced peering and the pod proxy
+
+
+def test_pod_proxy_is_granted_only_when_state_is_read_through_it() -> None:
+    proxy = {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]}
+    assert proxy not in cluster_role_rules() and proxy not in namespaced_rules()
+    assert proxy in cluster_role_rules(pod_proxy=True) and proxy in namespaced_rules(pod_proxy=True)
+    # Namespaced when the operator watches a list of namespaces: in each Role, not the ClusterRole.
+    assert proxy not in cluster_scoped_rules()

@@ -43,7 +43,7 @@ from ascend_operator.builders.engine_config import (
 )
 from ascend_operator.builders.leaderworkerset import build_leaderworkerset, lws_missing
 from ascend_operator.builders.pdb import build_pdb
-from ascend_operator.builders.service import build_service, endpoint_url
+from ascend_operator.builders.service import build_runtime_service, build_service, endpoint_url
 from ascend_operator.names import ChildNames
 from ascend_operator.settings import OperatorSettings
 
@@ -111,6 +111,8 @@ class Children:
     deployment: dict[str, Any] | None
     service: dict[str, Any]
     pdb: dict[str, Any]
+    #: The ClusterIP Service of the runtime port (metrics, /state), apart from the clients' one.
+    runtime_service: dict[str, Any] = field(default_factory=dict)
     extra: tuple[dict[str, Any], ...] = field(default=())
     leaderworkerset: dict[str, Any] | None = None
     hpa: dict[str, Any] | None = None
@@ -138,6 +140,7 @@ class Children:
             self.configmap,
             self.workload,
             self.service,
+            self.runtime_service,
             self.pdb,
             *self.extra,
             *(obj for obj in optional if obj is not None),
@@ -187,6 +190,7 @@ def build_children(
         deployment=None if multinode else build_deployment(*workload_args),
         leaderworkerset=build_leaderworkerset(*workload_args) if multinode else None,
         service=build_service(meta.name, meta.namespace, names.service, spec),
+        runtime_service=build_runtime_service(meta.name, meta.namespace, names.runtime_service, spec),
         pdb=build_pdb(meta.name, meta.namespace, names.pdb),
         hpa=(
             build_hpa(meta.name, meta.namespace, names.hpa, spec, settings)

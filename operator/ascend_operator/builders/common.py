@@ -13,6 +13,8 @@ APP_NAME = "ascend-llm"
 MANAGED_BY = "ascend-llm-operator"
 COMPONENT_ENGINE = "engine"
 COMPONENT_CONFIG = "engine-config"
+#: The component label of the runtime Service (what the chart's ServiceMonitor selects).
+COMPONENT_RUNTIME = "runtime"
 SPEC_HASH_ANNOTATION = "llm.ascend.dev/spec-hash"
 CONFIG_HASH_ANNOTATION = "llm.ascend.dev/config-hash"
 #: Label carrying the resource's own name, so children can be found even for hashed names.

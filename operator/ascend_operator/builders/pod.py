@@ -40,6 +40,7 @@ from ascend_runtime.config import (
     DEFAULT_RUNTIME_PORT,
     EngineConfig,
 )
+from ascend_runtime.redact import ALWAYS_SECRET_ENV, REDACT_ENV
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
@@ -48,6 +49,8 @@ from ascend_operator.names import ChildNames
 from ascend_operator.settings import HostMounts, OperatorSettings
 
 CONFIG_DIR = DEFAULT_CONFIG_PATH.rsplit("/", 1)[0]
+#: vLLM's API key variable (it guards /v1 with it; the runtime's warmup sends it too).
+API_KEY_ENV = "VLLM_API_KEY"
 ENGINE_COMMAND = ["ascend-llm", "run", "--config", DEFAULT_CONFIG_PATH]
 #: Host paths a pod needs when no Ascend Docker Runtime mounts them: (volume, path, type).
 DRIVER_HOST_PATHS: tuple[tuple[str, str, str], ...] = (
@@ -172,6 +175,25 @@ def _model_wiring(
     return volumes, mounts, env
 
 
+def _engine_env_from(spec: AscendLLMDeploymentSpec) -> list[dict[str, Any]]:
+    """engine.envValueFrom and engine.apiKeySecretRef as pod env (valueFrom: never in the ConfigMap).
+
+    The engine inherits the runtime's environment, so these reach it without the engine config."""
+    engine = spec.engine
+    env: list[dict[str, Any]] = []
+    for name, source in sorted(engine.env_value_from.items()):
+        if source.secret_key_ref is not None:
+            ref = {"secretKeyRef": {"name": source.secret_key_ref.name, "key": source.secret_key_ref.key}}
+        else:
+            assert source.config_map_key_ref is not None  # the model's rule: exactly one
+            ref = {"configMapKeyRef": {"name": source.config_map_key_ref.name, "key": source.config_map_key_ref.key}}
+        env.append({"name": name, "valueFrom": ref})
+    if engine.api_key_secret_ref is not None:
+        key = engine.api_key_secret_ref
+        env.append({"name": API_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}}})
+    return env
+
+
 def termination_grace_seconds(
     spec: AscendLLMDeploymentSpec, settings: OperatorSettings, config: EngineConfig
 ) -> int:
@@ -213,7 +235,14 @@ def build_pod_template(
         )
     model_volumes, model_mounts, model_env = _model_wiring(spec, settings)
     env.extend(model_env)
+    env.extend(_engine_env_from(spec))
     env.extend(copy.deepcopy(dict(item)) for item in extra_env)
+    secret_names = sorted(item["name"] for item in env if "secretKeyRef" in item.get("valueFrom", {})
+                          and item["name"] not in ALWAYS_SECRET_ENV)
+    if secret_names:
+        # The runtime masks these variables' values in every log line (ascend_runtime.redact), as
+        # it always does for ALWAYS_SECRET_ENV (the hub tokens and VLLM_API_KEY).
+        env.append({"name": REDACT_ENV, "value": ",".join(secret_names)})
 
     volumes: list[dict[str, Any]] = [
         {
@@ -293,7 +322,7 @@ def build_pod_template(
         "volumes": volumes,
         "securityContext": pod_security,
         "terminationGracePeriodSeconds": termination_grace_seconds(spec, settings, config),
-        # The runtime never talks to the API server; the operator reads /state via the proxy.
+        # The runtime never talks to the API server; the operator reads its /state over HTTP.
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
     }

@@ -1,6 +1,13 @@
-"""The Service in front of the engine pods (pure).
+"""The Services in front of the engine pods (pure).
 
-For multi-node replicas it selects the group leaders only (the workers run headless): the
+Two Services, so that what is exposed to clients carries only the OpenAI API:
+
+- ``<name>`` (``spec.service.type``, possibly a LoadBalancer): port ``http`` -> the engine;
+- ``<name>-runtime`` (always ClusterIP): port ``metrics`` -> the runtime (``/metrics``,
+  ``/state``, the probes' endpoints), which the chart's ServiceMonitor selects by the label
+  ``app.kubernetes.io/component: runtime``.
+
+For multi-node replicas both select the group leaders only (the workers run headless): the
 selector is :func:`ascend_operator.builders.common.serving_selector_labels`.
 """
 
@@ -11,13 +18,18 @@ from typing import Any
 from ascend_runtime.config import DEFAULT_RUNTIME_PORT
 
 from ascend_operator.api import AscendLLMDeploymentSpec
-from ascend_operator.builders.common import common_labels, serving_selector_labels, with_spec_hash
+from ascend_operator.builders.common import (
+    COMPONENT_RUNTIME,
+    common_labels,
+    serving_selector_labels,
+    with_spec_hash,
+)
 
 
 def build_service(
     name: str, namespace: str, service_name: str, spec: AscendLLMDeploymentSpec
 ) -> dict[str, Any]:
-    """Service: port ``http`` (spec.service.port -> the engine) and ``metrics`` (the runtime)."""
+    """The clients' Service: port ``http`` (spec.service.port -> the engine) only."""
     return with_spec_hash(
         {
             "apiVersion": "v1",
@@ -28,6 +40,29 @@ def build_service(
                 "selector": serving_selector_labels(name, spec.nodes_per_replica),
                 "ports": [
                     {"name": "http", "port": spec.service.port, "targetPort": "http", "protocol": "TCP"},
+                ],
+            },
+        }
+    )
+
+
+def build_runtime_service(
+    name: str, namespace: str, service_name: str, spec: AscendLLMDeploymentSpec
+) -> dict[str, Any]:
+    """The in-cluster Service of the runtime port: ClusterIP, port ``metrics`` -> ``runtime``."""
+    return with_spec_hash(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": service_name,
+                "namespace": namespace,
+                "labels": common_labels(name, COMPONENT_RUNTIME),
+            },
+            "spec": {
+                "type": "ClusterIP",
+                "selector": serving_selector_labels(name, spec.nodes_per_replica),
+                "ports": [
                     {
                         "name": "metrics",
                         "port": DEFAULT_RUNTIME_PORT,

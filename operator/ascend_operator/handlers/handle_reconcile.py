@@ -50,6 +50,7 @@ from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import OperatorContext
 from ascend_operator.k8s import CHILD_KINDS, HPA, ChildRefused, Outcome
 from ascend_operator.names import label_value
+from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
     AutoscalingObservation,
     Observation,
@@ -147,6 +148,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
 
     try:
         spec = parse_spec(body.get("spec") or {})
+        enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))

@@ -19,7 +19,7 @@ from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_reconcile
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
 from ascend_operator.leader import LeaderElector, LeaseTiming, own_namespace
-from ascend_operator.settings import OperatorSettings, load_settings
+from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
 
 SETTINGS_KEY = "ascend_settings"
@@ -101,8 +101,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     workers = ops.max_concurrent_reconciles * 2
     ctx = OperatorContext(
         settings=ops,
-        kube=Kube(connect(api_server(ops), pool_size=workers), field_manager=ops.field_manager,
-                  state_timeout_s=ops.status_read_timeout_s, workers=workers),
+        kube=Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify,
+                          pool_size=workers),
+                  field_manager=ops.field_manager, state_timeout_s=ops.status_read_timeout_s,
+                  state_via_proxy=ops.state_read_mode() == StateRead.PROXY, workers=workers),
     )
     ctx.queue = WorkQueue(
         lambda key: handle_reconcile.reconcile_key(ctx, key),
@@ -131,7 +133,9 @@ def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettin
 
     server = api_server(operator_settings(memo))
     if server:
-        return kopf.ConnectionInfo(server=server, insecure=True)
+        ops = operator_settings(memo)
+        return kopf.ConnectionInfo(server=server, insecure=ops.api_insecure_skip_tls_verify,
+                                   ca_path=ops.api_ca_file)
     return kopf.login_via_client(logger=logger, settings=settings, **kwargs)
 
 
