@@ -266,11 +266,14 @@ def test_cluster_wide_rbac_equals_the_operator_rules(helm: Helm) -> None:
     assert rule_set(role["rules"]) == rule_set(rbac.cluster_role_rules(peering=False))
     assert len(role["rules"]) == len(rbac.cluster_role_rules(peering=False)), "a rule rendered twice"
     assert not by_kind(objects, "Role")
+    # Cluster-scoped names carry the release namespace: same-named releases in two namespaces coexist.
+    assert role["metadata"]["name"] == f"{FULLNAME}-{RELEASE_NAMESPACE}"
     binding = one(objects, "ClusterRoleBinding")
+    assert binding["metadata"]["name"] == f"{FULLNAME}-{RELEASE_NAMESPACE}"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": FULLNAME,
+        "name": f"{FULLNAME}-{RELEASE_NAMESPACE}",
     }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": FULLNAME, "namespace": RELEASE_NAMESPACE}

@@ -84,11 +84,21 @@ def crd(kubectl: Tool) -> None:
 
 
 class Namespaces:
-    """Fresh namespaces for one test, deleted (without waiting) when it ends."""
+    """Fresh namespaces and Helm releases for one test; when it ends, the releases still there are
+    uninstalled (their cluster-scoped objects would outlive the namespaces) and the namespaces
+    deleted (without waiting)."""
 
     def __init__(self, kubectl: Tool) -> None:
         self.kubectl = kubectl
         self.created: list[str] = []
+        self.releases: list[Release] = []
+
+    def release(self, helm: Tool, prefix: str, name: str | None = None) -> Release:
+        """A release named ``name`` (else a fresh one) in a fresh namespace that Helm creates."""
+
+        release = Release(helm, name or unique(prefix), self.name("rel"))
+        self.releases.append(release)
+        return release
 
     def new(self, prefix: str) -> str:
         name = unique(prefix)
@@ -104,6 +114,9 @@ class Namespaces:
         return name
 
     def delete_all(self) -> None:
+        for release in self.releases:
+            release.helm.run("uninstall", release.name, "--namespace", release.namespace, "--ignore-not-found",
+                             check=False)
         if self.created:
             self.kubectl.run("delete", "namespace", "--ignore-not-found", "--wait=false", *self.created,
                              check=False)
@@ -154,7 +167,7 @@ def test_kubectl_apply_server_side_establishes_the_crd(kubectl: Tool) -> None:
 
 def test_helm_installs_upgrades_and_uninstalls_leaving_nothing(
         helm: Tool, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
-    release = Release(helm, unique(f"ald-{helm.path.name}"), namespaces.name("rel"))
+    release = namespaces.release(helm, f"ald-{helm.path.name}")
     release.install()
     objects = release.objects()
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= {o["kind"] for o in objects}
@@ -180,7 +193,7 @@ def test_ha_peering_objects_go_with_the_release(
     # Two HA releases side by side (each its own peering object), one after another uninstalled.
     releases = []
     for _ in range(2):
-        release = Release(helm4, unique("ha"), namespaces.name("rel"))
+        release = namespaces.release(helm4, "ha")
         sets = ["ha.enabled=true"]
         if scope == "namespaced":
             sets.append(f"watchNamespaces={{{namespaces.new('watched')}}}")
@@ -200,6 +213,21 @@ def test_ha_peering_objects_go_with_the_release(
         assert labelled(kubectl, PEERING_KINDS, release.name) == []
 
 
+def test_releases_of_one_name_in_two_namespaces_each_watching_its_own(
+        helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
+    name = unique("team")
+    releases = [namespaces.release(helm4, "team", name) for _ in range(2)]
+    for release in releases:
+        release.install(f"watchNamespaces={{{namespaces.new('watched')}}}")
+    assert len(labelled(kubectl, ["clusterroles"], name)) == 2, "each release has its own ClusterRole"
+    # Both carry the same instance label: uninstall both, then look for what is left.
+    objects = [release.objects() for release in releases]
+    for release in releases:
+        release.uninstall()
+    for release, rendered in zip(releases, objects, strict=True):
+        assert_gone(kubectl, release, rendered)
+
+
 def test_helm_upgrade_from_0_1_0_with_ha_after_adopting_the_peering_object(
         helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces, tmp_path: Path) -> None:
     """Chart 0.1.0 made the peering object a Helm hook; the chart README's upgrade step adopts it."""
@@ -211,7 +239,7 @@ def test_helm_upgrade_from_0_1_0_with_ha_after_adopting_the_peering_object(
         pytest.skip(f"chart 0.1.0 ({OLD_CHART_COMMIT}) not in this checkout's history")
     old.mkdir()
     subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    release = Release(helm4, unique("ha"), namespaces.name("rel"))
+    release = namespaces.release(helm4, "ha")
     # 0.1.0 would try to own the shared peering CRDs; they exist already (the crd fixture).
     release.install("ha.enabled=true", "ha.createPeeringCRDs=false", chart=old / "charts" / "ascend-llm-operator")
     peering = f"clusterkopfpeering/{release.name}-ascend-llm-operator"
@@ -302,15 +330,17 @@ def refusals(output: str, pod_proxy: bool) -> list[str]:
     return [line for line in lines if REFUSED.search(line)]
 
 
-def release_finalizers(kubectl: Tool, namespace: str) -> None:
-    """Clear the finalizers of the resources in ``namespace``, so that it can go after the test."""
+def remove_resources(kubectl: Tool, namespace: str) -> None:
+    """Delete the resources in ``namespace`` (their finalizers cleared first) and wait till they are
+    gone, so that its namespace can go and no later operator of the session resumes them."""
 
     for name in kubectl.run("get", "ald", "-n", namespace, "-o", "name", check=False).stdout.split():
         kubectl.run("patch", name, "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
                     check=False)
+    kubectl.run("delete", "ald", "--all", "-n", namespace, "--wait", f"--timeout={SERVER_S}s", check=False)
 
 
-@pytest.mark.parametrize("scope", ["namespaced", "cluster-wide"])
+@pytest.mark.parametrize("scope", ["namespaced", "cluster-wide", "namespaced-ha", "cluster-wide-ha"])
 def test_the_charts_service_account_is_enough_for_the_operator(
         scope: str, api: Any, helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces,
         tmp_path: Path) -> None:
@@ -319,11 +349,15 @@ def test_the_charts_service_account_is_enough_for_the_operator(
     from ascend_operator.cli import render_children
 
     watched = namespaces.new("watched")
-    release = Release(helm4, unique("rbac"), namespaces.name("rel"))
+    release = namespaces.release(helm4, "rbac")
     # Verbose: the operator logs refused reads of a pod's state at debug level. A short resync
     # makes the periodic pass (pods, their state through the pod proxy) run within the test.
     sets = ["verbose=true", f"settings.resyncIntervalS={RESYNC_S}"]
-    release.install(*sets, *([f"watchNamespaces={{{watched}}}"] if scope == "namespaced" else []))
+    if scope.startswith("namespaced"):
+        sets.append(f"watchNamespaces={{{watched}}}")
+    if scope.endswith("-ha"):
+        sets.append("ha.enabled=true")  # kopf's peering instead of --standalone
+    release.install(*sets)
     account = next(o for o in release.objects() if o["kind"] == "ServiceAccount")["metadata"]["name"]
     kubeconfig = service_account_kubeconfig(api, release.namespace, account, tmp_path / "operator.kubeconfig")
 
@@ -362,7 +396,7 @@ def test_the_charts_service_account_is_enough_for_the_operator(
         assert names(live(kubectl, expected)) == names(expected)
         assert custom.get_namespaced_custom_object(GROUP, VERSION, watched, PLURAL, "cpu-tiny")
     finally:
-        release_finalizers(kubectl, watched)
+        remove_resources(kubectl, watched)
 
 
 @pytest.mark.xfail(strict=True, reason="kopf's resync daemon puts a finalizer on every resource it sees "
@@ -383,7 +417,7 @@ def test_a_resource_the_operator_saw_deletes_with_no_operator_running(
         assert deleted.returncode == 0, deleted.stderr
         wait_for("garbage collection of the children", lambda: not live(kubectl, expected), SERVER_S)
     finally:
-        release_finalizers(kubectl, namespace)
+        remove_resources(kubectl, namespace)
 
 
 # ------------------------------------------------------------------------------ every object the chart renders
