@@ -162,7 +162,7 @@ def test_every_object_carries_the_recommended_labels(helm: Helm) -> None:
             assert labels.get("app.kubernetes.io/name") == "ascend-llm-operator", obj["kind"]
             assert labels.get("app.kubernetes.io/instance") == "test-release", obj["kind"]
             assert labels.get("app.kubernetes.io/managed-by") == "Helm", obj["kind"]
-            assert labels.get("helm.sh/chart") == "ascend-llm-operator-0.1.0", obj["kind"]
+            assert labels.get("helm.sh/chart") == "ascend-llm-operator-0.2.0", obj["kind"]
             assert labels.get("app.kubernetes.io/version") == "0.1.0", obj["kind"]
 
 

@@ -79,8 +79,16 @@ def crd(kubectl: Tool) -> None:
     """The CRDs of the chart's crds/ (the AscendLLMDeployment's, kopf's peering) established."""
 
     kubectl.run("apply", "--server-side", "-f", str(CHART_DIR / "crds"))
-    kubectl.run("wait", "--for=condition=Established", f"--timeout={SERVER_S}s", f"crd/{ALD_CRD}",
-                *(f"crd/{kind}" for kind in PEERING_KINDS))
+    wait_established(kubectl, ALD_CRD, *PEERING_KINDS)
+
+
+def wait_established(kubectl: Tool, *crds: str) -> None:
+    """Wait until each CRD is Established (``kubectl wait`` errs on a CRD with no conditions yet)."""
+
+    for name in crds:
+        wait_for(f"CRD {name} Established", lambda name=name: kubectl.run(
+            "get", "crd", name, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+            check=False).stdout == "True", SERVER_S)
 
 
 class Namespaces:
@@ -160,7 +168,7 @@ def assert_gone(kubectl: Tool, release: Release, objects: list[dict[str, Any]]) 
 def test_kubectl_apply_server_side_establishes_the_crd(kubectl: Tool) -> None:
     applied = kubectl.run("apply", "--server-side", "-f", str(ROOT / "crds"))
     assert f"customresourcedefinition.apiextensions.k8s.io/{ALD_CRD} serverside-applied" in applied.stdout
-    kubectl.run("wait", "--for=condition=Established", f"--timeout={SERVER_S}s", f"crd/{ALD_CRD}")
+    wait_established(kubectl, ALD_CRD)
     served = kubectl.run("api-resources", "--api-group=llm.ascend.dev", "-o", "name").stdout.split()
     assert served == [ALD_CRD]
 
@@ -270,6 +278,13 @@ def test_resources_and_namespaces_delete_with_no_operator_running(
 # ------------------------------------------------------------------------------ RBAC: the chart's ServiceAccount
 
 
+def given_cluster(request: pytest.FixtureRequest) -> bool:
+    """Whether the tests run on a cluster the user gave (which may hold real resources), not on
+    the local control plane that tests/conftest.py starts."""
+
+    return bool(request.config.getoption("--kubeconfig") or os.environ.get("KUBECONFIG"))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -330,6 +345,16 @@ def refusals(output: str, pod_proxy: bool) -> list[str]:
     return [line for line in lines if REFUSED.search(line)]
 
 
+def running_pods(kubectl: Tool, namespace: str, children: list[dict[str, Any]]) -> list[str]:
+    """Names of the Running pods of the Deployment among ``children``."""
+
+    deployment = next(child for child in children if child["kind"] == "Deployment")
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    out = kubectl.run("get", "pods", "-n", namespace, "-l", selector, "--field-selector=status.phase=Running",
+                      "-o", "name")
+    return out.stdout.split()
+
+
 def remove_resources(kubectl: Tool, namespace: str) -> None:
     """Delete the resources in ``namespace`` (their finalizers cleared first) and wait till they are
     gone, so that its namespace can go and no later operator of the session resumes them."""
@@ -343,11 +368,15 @@ def remove_resources(kubectl: Tool, namespace: str) -> None:
 @pytest.mark.parametrize("scope", ["namespaced", "cluster-wide", "namespaced-ha", "cluster-wide-ha"])
 def test_the_charts_service_account_is_enough_for_the_operator(
         scope: str, api: Any, helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces,
-        tmp_path: Path) -> None:
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
     import kubernetes
     from ascend_operator.api import GROUP, PLURAL, VERSION
     from ascend_operator.cli import render_children
 
+    if scope.startswith("cluster-wide") and given_cluster(request):
+        others = kubectl.run("get", "ald", "--all-namespaces", "-o", "name").stdout.split()
+        if others:
+            pytest.skip(f"a cluster-wide test operator would reconcile this cluster's resources: {others[:5]}")
     watched = namespaces.new("watched")
     release = namespaces.release(helm4, "rbac")
     # Verbose: the operator logs refused reads of a pod's state at debug level. A short resync
@@ -395,6 +424,7 @@ def test_the_charts_service_account_is_enough_for_the_operator(
         release.uninstall()
         assert names(live(kubectl, expected)) == names(expected)
         assert custom.get_namespaced_custom_object(GROUP, VERSION, watched, PLURAL, "cpu-tiny")
+        assert running_pods(kubectl, watched, children), "the engine pods went with the operator"
     finally:
         remove_resources(kubectl, watched)
 
@@ -440,8 +470,36 @@ def test_the_server_accepts_every_object_the_chart_renders(
     if any(obj["kind"] == "ServiceMonitor" for obj in objects):
         kubectl.run("apply", "--server-side", "-f",
                     str(ROOT / "tests" / "data" / "crds" / "monitoring.coreos.com_servicemonitors.yaml"))
-        kubectl.run("wait", "--for=condition=Established", f"--timeout={SERVER_S}s",
-                    "crd/servicemonitors.monitoring.coreos.com")
+        wait_established(kubectl, "servicemonitors.monitoring.coreos.com")
     result = kubectl.run("apply", "--dry-run=server", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(objects))
     assert len([line for line in result.stdout.splitlines() if "serverside-applied (server dry run)" in line]) \
         == len(objects), result.stdout
+
+
+# ------------------------------------------------------------------------------ last: the CRD goes and comes back
+
+
+def test_deleting_the_crd_deletes_every_resource_and_so_its_children(
+        kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
+    """Last in the file: the CRD is shared, so it is applied again before the test ends; skipped
+    where any other resource exists (on a cluster given by kubeconfig, they may be someone's)."""
+
+    others = kubectl.run("get", "ald", "--all-namespaces", "-o", "name").stdout.split()
+    if others:
+        pytest.skip(f"deleting the CRD would delete the cluster's other resources: {' '.join(others[:5])}")
+    namespace = namespaces.new("crd")
+    kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(example(namespace)))
+    uid = kubectl.run("get", "ald", "cpu-tiny", "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+    # A child as the operator makes them: owned by the resource through an owner reference.
+    child = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": "cpu-tiny-config", "namespace": namespace, "ownerReferences": [{
+            "apiVersion": "llm.ascend.dev/v1alpha1", "kind": "AscendLLMDeployment", "name": "cpu-tiny",
+            "uid": uid, "controller": True, "blockOwnerDeletion": True}]}}
+    kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(child))
+    try:
+        kubectl.run("delete", "crd", ALD_CRD, f"--timeout={SERVER_S}s")
+        wait_for("garbage collection of the child", lambda: not live(kubectl, [child]), SERVER_S)
+    finally:
+        kubectl.run("apply", "--server-side", "-f", str(ROOT / "crds"))
+        wait_established(kubectl, ALD_CRD)
+    assert kubectl.run("get", "ald", "-n", namespace, "-o", "name").stdout == ""
