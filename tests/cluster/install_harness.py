@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -30,6 +31,8 @@ TOOLS_BIN = ROOT / ".cache" / "tools" / "bin"
 OPERATOR_CLI = ROOT / ".venv" / "bin" / "ascend-llm"
 #: Seconds one helm or kubectl call may take before the test fails instead of hanging.
 TOOL_TIMEOUT_S = 120
+#: Seconds for things the server does by itself (establishing a CRD, a delete, garbage collection).
+SERVER_S = 30
 #: The label every object of a Helm release of the chart carries (the chart's selector labels).
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 
@@ -146,6 +149,94 @@ def names(objects: Iterable[Mapping[str, Any]]) -> list[str]:
     """``Kind/namespace/name`` of each object, sorted, for readable assertions."""
 
     return sorted(f"{o['kind']}/{o['metadata'].get('namespace', '')}/{o['metadata']['name']}" for o in objects)
+
+
+def wait_established(kubectl: Tool, *crds: str) -> None:
+    """Wait until each CRD is Established (``kubectl wait`` errs on a CRD with no conditions yet)."""
+
+    for name in crds:
+        wait_for(f"CRD {name} Established", lambda name=name: kubectl.run(
+            "get", "crd", name, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+            check=False).stdout == "True", SERVER_S)
+
+
+class Namespaces:
+    """Fresh namespaces and Helm releases for one test; when it ends, the releases still there are
+    uninstalled (their cluster-scoped objects would outlive the namespaces) and the namespaces
+    deleted (without waiting)."""
+
+    def __init__(self, kubectl: Tool) -> None:
+        self.kubectl = kubectl
+        self.created: list[str] = []
+        self.releases: list[Release] = []
+
+    def release(self, helm: Tool, prefix: str, name: str | None = None) -> Release:
+        """A release named ``name`` (else a fresh one) in a fresh namespace that Helm creates."""
+
+        release = Release(helm, name or unique(prefix), self.name("rel"))
+        self.releases.append(release)
+        return release
+
+    def new(self, prefix: str) -> str:
+        name = unique(prefix)
+        self.kubectl.run("create", "namespace", name)
+        self.created.append(name)
+        return name
+
+    def name(self, prefix: str) -> str:
+        """A fresh name for a namespace that something else (helm --create-namespace) creates."""
+
+        name = unique(prefix)
+        self.created.append(name)
+        return name
+
+    def delete_all(self) -> None:
+        for release in self.releases:
+            release.helm.run("uninstall", release.name, "--namespace", release.namespace, "--ignore-not-found",
+                             check=False)
+        if self.created:
+            self.kubectl.run("delete", "namespace", "--ignore-not-found", "--wait=false", *self.created,
+                             check=False)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def allowed(api: Any, account: tuple[str, str], namespace: str, verb: str, resource: str, subresource: str) -> bool:
+    """Whether ServiceAccount ``account`` (namespace, name) may ``verb`` ``resource/subresource``."""
+
+    import kubernetes
+
+    user = f"system:serviceaccount:{account[0]}:{account[1]}"
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+        "user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{account[0]}",
+                                 "system:authenticated"],
+        "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource,
+                               "subresource": subresource}}}
+    return bool(kubernetes.client.AuthorizationV1Api(api).create_subject_access_review(review).status.allowed)
+
+
+def running_pods(kubectl: Tool, namespace: str, children: list[dict[str, Any]]) -> list[str]:
+    """Names of the Running pods of the Deployment among ``children``."""
+
+    deployment = next(child for child in children if child["kind"] == "Deployment")
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    out = kubectl.run("get", "pods", "-n", namespace, "-l", selector, "--field-selector=status.phase=Running",
+                      "-o", "name")
+    return out.stdout.split()
+
+
+def remove_resources(kubectl: Tool, namespace: str) -> None:
+    """Delete the resources in ``namespace`` (their finalizers cleared first) and wait till they are
+    gone, so that its namespace can go and no later operator of the session resumes them."""
+
+    for name in kubectl.run("get", "ald", "-n", namespace, "-o", "name", check=False).stdout.split():
+        kubectl.run("patch", name, "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                    check=False)
+    kubectl.run("delete", "ald", "--all", "-n", namespace, "--wait", f"--timeout={SERVER_S}s", check=False)
 
 
 # ------------------------------------------------------------------------------ identities

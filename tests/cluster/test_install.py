@@ -2,16 +2,21 @@
 
 - ``kubectl apply --server-side -f crds/`` establishes the CRD;
 - the chart installs, upgrades and uninstalls with Helm 3 and Helm 4, and an uninstall leaves no
-  object of the release behind (the kopf peering objects of HA included);
+  object of the release behind (looked up by name and by the release's label), the kopf peering
+  objects of HA included; two HA releases, and two releases of one name in two namespaces, install
+  side by side; an HA release of chart 0.1.0 upgrades after the README's adoption step;
 - an AscendLLMDeployment and a namespace delete with no operator running;
 - the chart's own ServiceAccount is enough for the operator (run as a subprocess with that
-  account's token, watching one namespace and the whole cluster): its children and status appear
-  and nothing is refused (any 403 fails);
+  account's token and the Deployment's args and env, watching one namespace or all, standalone
+  or HA): its children and status appear and nothing is refused (any 403 fails); uninstalling it
+  then leaves the resource, its children and its running pods;
 - every object the chart renders for each ``ci/`` values file passes the server's validation
-  (``kubectl apply --dry-run=server``).
+  (``kubectl apply --dry-run=server``);
+- last, deleting the CRD deletes the resources and, by garbage collection, their children (the
+  CRD is applied again at once; skipped where other resources exist).
 
-Each test uses its own namespaces and release names; the CRDs are cluster-scoped and shared, so
-nothing here deletes them.
+Each test uses its own namespaces and release names. The CRDs are cluster-scoped and shared:
+only the last test deletes one, and restores it.
 """
 
 from __future__ import annotations
@@ -29,16 +34,23 @@ import yaml
 from install_harness import (
     CHART_DIR,
     ROOT,
+    SERVER_S,
+    Namespaces,
     OperatorProcess,
     Release,
     Tool,
+    allowed,
+    free_port,
     kinds_of,
     labelled,
     live,
     names,
+    remove_resources,
+    running_pods,
     service_account_kubeconfig,
     tool,
     unique,
+    wait_established,
     wait_for,
 )
 
@@ -46,9 +58,11 @@ pytestmark = pytest.mark.cluster
 
 ALD_CRD = "ascendllmdeployments.llm.ascend.dev"
 PEERING_KINDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
+#: Every kind the chart renders with some values (the ServiceMonitor's CRD aside, which may be absent).
+CHART_KINDS = ("deployments.apps", "serviceaccounts", "configmaps", "clusterroles.rbac.authorization.k8s.io",
+               "clusterrolebindings.rbac.authorization.k8s.io", "roles.rbac.authorization.k8s.io",
+               "rolebindings.rbac.authorization.k8s.io", *PEERING_KINDS)
 EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
-#: Seconds for things the server does by itself (establishing a CRD, a delete, garbage collection).
-SERVER_S = 30
 #: Seconds for the operator to start and reconcile one resource (kopf's imports take a few).
 OPERATOR_S = 60
 #: A commit with chart 0.1.0, whose peering object was a Helm hook (what an upgrade starts from).
@@ -82,54 +96,6 @@ def crd(kubectl: Tool) -> None:
     wait_established(kubectl, ALD_CRD, *PEERING_KINDS)
 
 
-def wait_established(kubectl: Tool, *crds: str) -> None:
-    """Wait until each CRD is Established (``kubectl wait`` errs on a CRD with no conditions yet)."""
-
-    for name in crds:
-        wait_for(f"CRD {name} Established", lambda name=name: kubectl.run(
-            "get", "crd", name, "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}",
-            check=False).stdout == "True", SERVER_S)
-
-
-class Namespaces:
-    """Fresh namespaces and Helm releases for one test; when it ends, the releases still there are
-    uninstalled (their cluster-scoped objects would outlive the namespaces) and the namespaces
-    deleted (without waiting)."""
-
-    def __init__(self, kubectl: Tool) -> None:
-        self.kubectl = kubectl
-        self.created: list[str] = []
-        self.releases: list[Release] = []
-
-    def release(self, helm: Tool, prefix: str, name: str | None = None) -> Release:
-        """A release named ``name`` (else a fresh one) in a fresh namespace that Helm creates."""
-
-        release = Release(helm, name or unique(prefix), self.name("rel"))
-        self.releases.append(release)
-        return release
-
-    def new(self, prefix: str) -> str:
-        name = unique(prefix)
-        self.kubectl.run("create", "namespace", name)
-        self.created.append(name)
-        return name
-
-    def name(self, prefix: str) -> str:
-        """A fresh name for a namespace that something else (helm --create-namespace) creates."""
-
-        name = unique(prefix)
-        self.created.append(name)
-        return name
-
-    def delete_all(self) -> None:
-        for release in self.releases:
-            release.helm.run("uninstall", release.name, "--namespace", release.namespace, "--ignore-not-found",
-                             check=False)
-        if self.created:
-            self.kubectl.run("delete", "namespace", "--ignore-not-found", "--wait=false", *self.created,
-                             check=False)
-
-
 @pytest.fixture
 def namespaces(kubectl: Tool) -> Iterator[Namespaces]:
     made = Namespaces(kubectl)
@@ -159,7 +125,8 @@ def assert_gone(kubectl: Tool, release: Release, objects: list[dict[str, Any]]) 
     """Nothing of ``release`` is left: none of its objects by name, none by its instance label."""
 
     assert names(live(kubectl, objects)) == [], "helm uninstall left objects of the release"
-    assert labelled(kubectl, kinds_of(objects), release.name) == [], "objects labelled with the release remain"
+    kinds = sorted({*kinds_of(objects), *CHART_KINDS})
+    assert labelled(kubectl, kinds, release.name) == [], "objects labelled with the release remain"
 
 
 # ------------------------------------------------------------------------------ CRD and chart
@@ -285,12 +252,6 @@ def given_cluster(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--kubeconfig") or os.environ.get("KUBECONFIG"))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def operator_as_the_chart_runs_it(kubectl: Tool, release: Release, kubeconfig: Path) -> OperatorProcess:
     """The operator with the args and env of the release's Deployment (POD_ID/POD_NAMESPACE as the
     downward API would set them, liveness on a free local port), as the chart's ServiceAccount."""
@@ -321,20 +282,6 @@ def proxy_refused_to_everyone(kubectl: Tool, namespace: str, port: int = 8080) -
     return result.returncode != 0 and "Forbidden" in result.stderr
 
 
-def can(api: Any, account: tuple[str, str], namespace: str, verb: str, resource: str, subresource: str) -> bool:
-    """Whether ServiceAccount ``account`` (namespace, name) may ``verb`` ``resource/subresource``."""
-
-    import kubernetes
-
-    user = f"system:serviceaccount:{account[0]}:{account[1]}"
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
-        "user": user, "groups": ["system:serviceaccounts", f"system:serviceaccounts:{account[0]}",
-                                 "system:authenticated"],
-        "resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource,
-                               "subresource": subresource}}}
-    return bool(kubernetes.client.AuthorizationV1Api(api).create_subject_access_review(review).status.allowed)
-
-
 def refusals(output: str, pod_proxy: bool) -> list[str]:
     """The operator's output lines that report a refused request (403 / Forbidden); with
     ``pod_proxy`` False, leaving out its reads of pod state through the pod proxy."""
@@ -343,26 +290,6 @@ def refusals(output: str, pod_proxy: bool) -> list[str]:
     if not pod_proxy:
         lines = [line for line in lines if "/proxy/" not in line and not STATE_UNREADABLE.search(line)]
     return [line for line in lines if REFUSED.search(line)]
-
-
-def running_pods(kubectl: Tool, namespace: str, children: list[dict[str, Any]]) -> list[str]:
-    """Names of the Running pods of the Deployment among ``children``."""
-
-    deployment = next(child for child in children if child["kind"] == "Deployment")
-    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
-    out = kubectl.run("get", "pods", "-n", namespace, "-l", selector, "--field-selector=status.phase=Running",
-                      "-o", "name")
-    return out.stdout.split()
-
-
-def remove_resources(kubectl: Tool, namespace: str) -> None:
-    """Delete the resources in ``namespace`` (their finalizers cleared first) and wait till they are
-    gone, so that its namespace can go and no later operator of the session resumes them."""
-
-    for name in kubectl.run("get", "ald", "-n", namespace, "-o", "name", check=False).stdout.split():
-        kubectl.run("patch", name, "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
-                    check=False)
-    kubectl.run("delete", "ald", "--all", "-n", namespace, "--wait", f"--timeout={SERVER_S}s", check=False)
 
 
 @pytest.mark.parametrize("scope", ["namespaced", "cluster-wide", "namespaced-ha", "cluster-wide-ha"])
@@ -416,7 +343,7 @@ def test_the_charts_service_account_is_enough_for_the_operator(
         pod_proxy = not proxy_refused_to_everyone(kubectl, watched)
         if not pod_proxy:
             # The server's own refusal, not RBAC's: judge the pod proxy by the authorizer instead.
-            assert can(api, (release.namespace, account), watched, "get", "pods", "proxy")
+            assert allowed(api, (release.namespace, account), watched, "get", "pods", "proxy")
         refused = refusals(operator.output, pod_proxy=pod_proxy)
         assert refused == [], "the operator was refused with the chart's RBAC:\n" + "\n".join(refused)
 
