@@ -103,11 +103,6 @@ def namespaces(kubectl: Tool) -> Iterator[Namespaces]:
     made.delete_all()
 
 
-@pytest.fixture(params=["helm3", "helm4"])
-def helm(request: pytest.FixtureRequest, kubeconfig_path: str) -> Tool:
-    return Tool(tool(request.param), kubeconfig_path)
-
-
 @pytest.fixture
 def helm4(kubeconfig_path: str) -> Tool:
     return Tool(tool("helm4"), kubeconfig_path)
@@ -140,20 +135,23 @@ def test_kubectl_apply_server_side_establishes_the_crd(kubectl: Tool) -> None:
     assert served == [ALD_CRD]
 
 
+@pytest.mark.parametrize(("installer", "upgrader"), [("helm3", "helm3"), ("helm4", "helm4"), ("helm3", "helm4")],
+                         ids=["helm3", "helm4", "helm3-then-helm4"])
 def test_helm_installs_upgrades_and_uninstalls_leaving_nothing(
-        helm: Tool, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
-    release = namespaces.release(helm, f"ald-{helm.path.name}")
+        installer: str, upgrader: str, kubeconfig_path: str, kubectl: Tool, crd: None,
+        namespaces: Namespaces) -> None:
+    release = namespaces.release(Tool(tool(installer), kubeconfig_path), f"ald-{installer}")
     release.install()
     objects = release.objects()
     assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= {o["kind"] for o in objects}
     assert names(live(kubectl, objects)) == names(objects)
 
+    # The upgrade (by the same Helm, or by Helm 4 after Helm 3) and the uninstall are the upgrader's.
+    release = Release(Tool(tool(upgrader), kubeconfig_path), release.name, release.namespace)
     release.upgrade("verbose=true")
     deployment = next(o for o in live(kubectl, objects) if o["kind"] == "Deployment")
     assert "--verbose" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert deployment["metadata"]["labels"][
-        "app.kubernetes.io/instance"] == release.name
-    history = helm.run("history", release.name, "-n", release.namespace, "-o", "json").stdout
+    history = release.helm.run("history", release.name, "-n", release.namespace, "-o", "json").stdout
     assert [entry["status"] for entry in yaml.safe_load(history)] == ["superseded", "deployed"]
 
     release.uninstall()
