@@ -160,6 +160,20 @@ def test_helm_installs_upgrades_and_uninstalls_leaving_nothing(
     kubectl.run("get", f"crd/{ALD_CRD}")
 
 
+def test_the_operator_pods_pass_the_restricted_pod_security_standard(
+        helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
+    release = namespaces.release(helm4, "psa")
+    kubectl.run("create", "namespace", release.namespace)
+    kubectl.run("label", "namespace", release.namespace, "pod-security.kubernetes.io/enforce=restricted")
+    release.install("ha.enabled=true")  # two pods, so a refusal cannot hide behind a slow first one
+    selector = "app.kubernetes.io/component=operator,app.kubernetes.io/instance=" + release.name
+    wait_for("the operator's pods", lambda: len(kubectl.run(
+        "get", "pods", "-n", release.namespace, "-l", selector, "-o", "name").stdout.split()) == 2, SERVER_S)
+    refused = kubectl.run("get", "events", "-n", release.namespace, "--field-selector=reason=FailedCreate",
+                          "-o", "name").stdout
+    assert refused == ""
+
+
 @pytest.mark.parametrize("scope", ["cluster-wide", "namespaced"])
 def test_ha_peering_objects_go_with_the_release(
         scope: str, helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
