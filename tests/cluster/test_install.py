@@ -28,6 +28,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import urlopen
 
 import pytest
 import yaml
@@ -264,14 +266,20 @@ def given_cluster(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--kubeconfig") or os.environ.get("KUBECONFIG"))
 
 
-def operator_as_the_chart_runs_it(kubectl: Tool, release: Release, kubeconfig: Path) -> OperatorProcess:
+def operator_as_the_chart_runs_it(kubectl: Tool, release: Release,
+                                  kubeconfig: Path) -> tuple[OperatorProcess, str]:
     """The operator with the args and env of the release's Deployment (POD_ID/POD_NAMESPACE as the
-    downward API would set them, liveness on a free local port), as the chart's ServiceAccount."""
+    downward API would set them, liveness moved to a free local port), as the chart's
+    ServiceAccount; and the URL the Deployment's liveness probe would ask."""
 
     deployment = next(o for o in live(kubectl, release.objects()) if o["kind"] == "Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
-    args = [arg for arg in container["args"] if not arg.startswith("--liveness=")]
-    args.append(f"--liveness=http://127.0.0.1:{free_port()}/healthz")
+    port = free_port()
+    args = []
+    for arg in container["args"]:
+        if arg.startswith("--liveness="):
+            arg = "--liveness=" + urlsplit(arg.split("=", 1)[1])._replace(netloc=f"127.0.0.1:{port}").geturl()
+        args.append(arg)
     env = {key: os.environ[key] for key in ("PATH", "HOME", "LANG", "TMPDIR") if key in os.environ}
     env["PYTHONPATH"] = f"{ROOT / 'runtime'}:{ROOT / 'operator'}"
     for item in container["env"]:
@@ -279,7 +287,8 @@ def operator_as_the_chart_runs_it(kubectl: Tool, release: Release, kubeconfig: P
             env[item["name"]] = item["value"]
     env.update({"POD_ID": f"{release.name}-test", "POD_NAMESPACE": release.namespace,
                 "KUBECONFIG": str(kubeconfig)})
-    return OperatorProcess(args, env)
+    probe = container["livenessProbe"]["httpGet"]
+    return OperatorProcess(args, env), f"http://127.0.0.1:{port}{probe['path']}"
 
 
 def proxy_refused_to_everyone(kubectl: Tool, namespace: str, port: int = 8080) -> bool:
@@ -339,7 +348,8 @@ def test_the_charts_service_account_is_enough_for_the_operator(
         return value
 
     try:
-        with operator_as_the_chart_runs_it(kubectl, release, kubeconfig) as operator:
+        operator, liveness = operator_as_the_chart_runs_it(kubectl, release, kubeconfig)
+        with operator:
             created = custom.create_namespaced_custom_object(GROUP, VERSION, watched, PLURAL, body)
             children = wait_for("the children", lambda: unrefused((found := live(kubectl, expected))
                                 and len(found) == len(expected) and found), OPERATOR_S)
@@ -349,6 +359,9 @@ def test_the_charts_service_account_is_enough_for_the_operator(
             # A resync pass got as far as reading the running pod's state.
             operator.wait_for_line(rf'"GET /api/v1/namespaces/{watched}/pods/[^"]*/proxy/', OPERATOR_S)
             assert operator.running, operator.output
+            # The chart's liveness probe asks what kopf serves.
+            with urlopen(liveness, timeout=5) as answer:
+                assert answer.status == 200
         assert names(children) == names(expected)
         assert {child["metadata"]["ownerReferences"][0]["uid"] for child in children} == {created["metadata"]["uid"]}
         assert generation == 1
