@@ -111,9 +111,11 @@ def validate_object(obj: dict[str, Any], crd_schemas: dict[str, dict[str, Any]])
 
 
 def peering_schemas(helm: Helm) -> dict[str, dict[str, Any]]:
-    """The peering kinds' schemas, from the CRDs the chart itself renders with HA."""
+    """The peering kinds' schemas, from the kopf CRDs in the chart's crds/."""
     schemas = {}
-    for crd in by_kind(helm.render(values("ha")), "CustomResourceDefinition"):
+    for crd in by_kind(helm.render(include_crds=True), "CustomResourceDefinition"):
+        if crd["spec"]["group"] != "kopf.dev":
+            continue
         (version,) = crd["spec"]["versions"]
         schemas[crd["spec"]["names"]["kind"]] = version["schema"]["openAPIV3Schema"]
     return schemas
@@ -160,7 +162,7 @@ def test_every_object_carries_the_recommended_labels(helm: Helm) -> None:
             assert labels.get("app.kubernetes.io/name") == "ascend-llm-operator", obj["kind"]
             assert labels.get("app.kubernetes.io/instance") == "test-release", obj["kind"]
             assert labels.get("app.kubernetes.io/managed-by") == "Helm", obj["kind"]
-            assert labels.get("helm.sh/chart") == "ascend-llm-operator-0.1.0", obj["kind"]
+            assert labels.get("helm.sh/chart") == "ascend-llm-operator-0.2.0", obj["kind"]
             assert labels.get("app.kubernetes.io/version") == "0.1.0", obj["kind"]
 
 
@@ -264,11 +266,14 @@ def test_cluster_wide_rbac_equals_the_operator_rules(helm: Helm) -> None:
     assert rule_set(role["rules"]) == rule_set(rbac.cluster_role_rules(peering=False))
     assert len(role["rules"]) == len(rbac.cluster_role_rules(peering=False)), "a rule rendered twice"
     assert not by_kind(objects, "Role")
+    # Cluster-scoped names carry the release namespace: same-named releases in two namespaces coexist.
+    assert role["metadata"]["name"] == f"{FULLNAME}-{RELEASE_NAMESPACE}"
     binding = one(objects, "ClusterRoleBinding")
+    assert binding["metadata"]["name"] == f"{FULLNAME}-{RELEASE_NAMESPACE}"
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": FULLNAME,
+        "name": f"{FULLNAME}-{RELEASE_NAMESPACE}",
     }
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": FULLNAME, "namespace": RELEASE_NAMESPACE}
@@ -391,9 +396,12 @@ def test_ha_runs_replicas_that_share_a_peering_object(helm: Helm) -> None:
     assert container(objects)["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]
     peering = one(objects, "ClusterKopfPeering")
     assert peering["apiVersion"] == "kopf.dev/v1" and peering["metadata"]["name"] == FULLNAME
-    # After the main manifest: Helm maps every main object's kind before creating any.
-    assert peering["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
-    crds = {crd["metadata"]["name"] for crd in by_kind(objects, "CustomResourceDefinition")}
+    # An ordinary object of the release (not a hook), so `helm uninstall` deletes it.
+    assert "annotations" not in peering["metadata"]
+    # Its CRDs come from crds/ (created before Helm maps the release's kinds), not from templates.
+    assert not by_kind(objects, "CustomResourceDefinition")
+    crds = {crd["metadata"]["name"] for crd in by_kind(helm.render(include_crds=True), "CustomResourceDefinition")
+            if crd["spec"]["group"] == "kopf.dev"}
     assert crds == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
     env = env_of(objects)
     assert env["ASCEND_LLM_OPERATOR_STANDALONE"] == "false"
@@ -406,7 +414,7 @@ def test_namespaced_ha_uses_a_peering_object_per_watched_namespace(helm: Helm) -
     assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings] == [
         ("llm-prod", "llm-operators")
     ]
-    assert not by_kind(objects, "CustomResourceDefinition"), "createPeeringCRDs=false must leave the CRDs out"
+    assert "annotations" not in peerings[0]["metadata"], "the peering object must not be a Helm hook"
     assert env_of(objects)["ASCEND_LLM_OPERATOR_PEERING_NAME"] == "llm-operators"
     assert container(objects)["args"] == ["--namespace=llm-prod", "--liveness=http://0.0.0.0:8080/healthz"]
 

@@ -30,6 +30,16 @@ as it is (no "ascend-llm-operator-ascend-llm-operator"); otherwise "<release>-<n
 {{- end }}
 
 {{/*
+ascend-llm-operator.clusterScopedName: the name of the release's cluster-scoped objects
+(ClusterRole, ClusterRoleBinding): the fullname and the release namespace, so that releases of
+the same name in different namespaces (one operator per team, each watching its namespaces) do
+not claim the same object. Such names may be up to 253 characters.
+*/}}
+{{- define "ascend-llm-operator.clusterScopedName" -}}
+{{- printf "%s-%s" (include "ascend-llm-operator.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
 ascend-llm-operator.chart: "<chart>-<version>" for the helm.sh/chart label.
 */}}
 {{- define "ascend-llm-operator.chart" -}}
