@@ -209,6 +209,10 @@ class RestartPolicy(_Model):
     max_restarts: int = Field(5, ge=0, description="Engine crashes tolerated before the runtime exits.")
     backoff_initial_s: float = Field(2.0, gt=0)
     backoff_max_s: float = Field(120.0, gt=0)
+    reset_after_s: int = Field(
+        3600, ge=1,
+        description="An engine that served this long before it failed starts the restart count over.",
+    )
 
 
 class RuntimeOptions(_Model):

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
+from ascend_runtime.promtext import MetricsTextError, sample_values, total
 
 __all__ = ["EngineCounters", "HangAssessment", "HangDetector", "MetricsParseError", "parse_engine_metrics"]
 
 RUNNING = "vllm:num_requests_running"
-GENERATED = "vllm:generation_tokens"  # a counter family; its samples are named ..._total
+GENERATED = "vllm:generation_tokens_total"
 
 
 class MetricsParseError(ValueError):
@@ -38,23 +38,12 @@ def parse_engine_metrics(text: str) -> EngineCounters:
     Label sets differ per model name and engine index (data parallel), so every sample counts.
     """
 
-    running: float | None = None
-    generated: float | None = None
     try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as error:
+        values = sample_values(text, (RUNNING, GENERATED))
+    except MetricsTextError as error:
         raise MetricsParseError(f"expected Prometheus text from the engine's /metrics: {error}") from None
-    for family in families:
-        # The parser strips `_total` from counter families; untyped exposition keeps it.
-        if family.name == RUNNING:
-            running = (running or 0.0) + sum(s.value for s in family.samples if s.name == RUNNING)
-        elif family.name in (GENERATED, GENERATED + "_total"):
-            generated = (generated or 0.0) + sum(
-                s.value for s in family.samples if s.name == GENERATED + "_total"
-            )
-    missing = [
-        name for name, value in ((RUNNING, running), (GENERATED + "_total", generated)) if value is None
-    ]
+    running, generated = total(values, RUNNING), total(values, GENERATED)
+    missing = [name for name, value in ((RUNNING, running), (GENERATED, generated)) if value is None]
     if missing:
         raise MetricsParseError(
             f"the engine's /metrics lacks {', '.join(missing)} (is this a vLLM OpenAI server?)"
