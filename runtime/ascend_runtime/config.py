@@ -407,6 +407,9 @@ class RuntimeState(_Model):
     warmup: WarmupReport = Field(default_factory=WarmupReport)
     leak_suspected: bool = False
     hung: bool = False
+    unanswered: str | None = Field(
+        None, description="Why readiness is off while serving: the engine's /health gave no good answer."
+    )
     health: dict[str, Any] = Field(default_factory=dict, description="Leak and hang details.")
     versions: dict[str, str | None] = Field(default_factory=dict)
     image: str | None = None

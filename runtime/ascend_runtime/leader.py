@@ -137,7 +137,10 @@ class LeaderRole:
             self.store.set_phase(RuntimePhase.LOADING, event.text[:200])
         elif kind == EventKind.CAPTURE_FAILURE and not self._serving:
             self._trigger_fallback(f"graph capture failed: {event.text.strip()[:300]}")
-        elif kind == EventKind.REPLAY_FAILURE:
+        if self._serving and kind in (EventKind.REPLAY_FAILURE, EventKind.DEVICE_OOM, EventKind.FATAL):
+            # vLLM's engine core dies of these; its API server answers /health for a while longer.
+            self.sup.report_engine_failure(f"{kind.value}: {event.text}")
+        if kind == EventKind.REPLAY_FAILURE:
             now = time.monotonic()
             window = self.config.graph.replay_failure_window_s
             self._replay_failures = [t for t in self._replay_failures if now - t <= window] + [now]
@@ -251,11 +254,15 @@ class LeaderRole:
                 await sup.drain(engine, exit_task)
                 return LaunchResult(LaunchKind.STOPPED, "stopped after draining", served=True, served_s=served_s)
             if fallback_wait in done:
+                # Readiness first: no request may reach the engine while it is being stopped.
+                self.store.set_phase(RuntimePhase.LOADING, f"stopping the engine to fall back: {self._fallback_reason}")
                 await engine.stop(sup.failed_engine_stop_s)
                 return LaunchResult(LaunchKind.FALLBACK, self._fallback_reason or "graph replay failures",
                                     Outcome.GRAPH_REPLAY_FAILURE, served=True, served_s=served_s)
             result = self._exit_result(exit_task.result(), served=True)
             result.served_s = served_s
+            # Before its process group is stopped (up to FAILED_ENGINE_STOP_S): not ready.
+            self.store.set_phase(RuntimePhase.LOADING, f"{result.reason}; stopping what is left of it")
             return result
         finally:
             for task in (monitor, stop_wait, fallback_wait):

@@ -69,6 +69,9 @@ class MonitorHooks(HealthHooks):
     def observe_engine_metrics(self, text: str) -> None:
         self._monitor.observe_engine_metrics(text)
 
+    def observe_engine_answer(self, problem: str | None) -> None:
+        self._monitor.observe_engine_answer(problem)
+
     def verdict(self) -> tuple[bool, list[str], dict]:
         verdict = self._monitor.verdict()
         return verdict.healthy, list(verdict.reasons), dict(verdict.details)

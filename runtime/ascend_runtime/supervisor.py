@@ -52,6 +52,12 @@ EXIT_PREFLIGHT = 5  # devices or memory never became available
 
 #: Seconds between polls of the engine's /health while it starts (a poll is one local GET).
 HEALTH_POLL_S = 0.25
+#: Seconds between polls of the serving engine's /health (readiness and the hang detector).
+SERVING_HEALTH_POLL_S = 1.0
+#: Seconds one such poll may take before it counts as no answer.
+HEALTH_ANSWER_TIMEOUT_S = 2.0
+#: Seconds a failure line of the serving engine keeps readiness off even while /health answers.
+FAILURE_HOLD_S = 10.0
 #: Seconds between scrapes of the engine's /metrics for the hang detector.
 METRICS_POLL_S = 5.0
 #: Seconds a failed engine gets to exit on its own before it is killed.
@@ -104,6 +110,7 @@ class HealthHooks:
     def mark_baseline(self) -> None: ...
     def sample_memory(self) -> None: ...
     def observe_engine_metrics(self, text: str) -> None: ...
+    def observe_engine_answer(self, problem: str | None) -> None: ...
     def verdict(self) -> tuple[bool, list[str], dict]:
         return True, [], {}
 
@@ -152,6 +159,7 @@ class Supervisor:
         self.stop_requested = asyncio.Event()
         #: Set by the leader per launch: whether the engine drains in-flight requests on SIGTERM.
         self.shutdown_flag_supported = False
+        self._failure_at: float | None = None  # report_engine_failure
 
     # -- the public surface -------------------------------------------------------------
     @property
@@ -387,9 +395,20 @@ class Supervisor:
                 await asyncio.sleep(HEALTH_POLL_S)
         return False
 
-    async def monitor(self) -> None:
-        """Feed the leak and hang detectors; turn their verdict into liveness."""
+    async def monitor(self, *, poll_health: bool = True) -> None:
+        """Feed the leak and hang detectors; turn their verdict into liveness.
 
+        With ``poll_health`` (an engine with an API server) the engine's ``/health`` is polled
+        too: a failed poll takes readiness away at once, and no good answer for
+        ``health.hangTimeoutS`` fails liveness.
+        """
+
+        loops = [self._watch_metrics_and_memory()]
+        if poll_health:
+            loops.append(self._watch_answers())
+        await asyncio.gather(*loops)
+
+    async def _watch_metrics_and_memory(self) -> None:
         loop = asyncio.get_running_loop()
         interval = min(self.config.health.leak.sample_interval_s, METRICS_POLL_S)
         last_memory = 0.0
@@ -404,15 +423,54 @@ class Supervisor:
                     self.health.observe_engine_metrics(text)
                 except ValueError as error:  # an exposition the parser rejects: skip this round
                     log.warning("engine /metrics not understood: %s", error)
-            healthy, reasons, details = self.health.verdict()
-            self.store.state.health = details
-            memory = details.get("memory") or {}
-            self.store.state.leak_suspected = any(
-                isinstance(entry, dict) and entry.get("suspect") for entry in memory.values()
-            )
-            self.store.state.hung = bool((details.get("engine") or {}).get("hung"))
-            self.store.set_live(healthy, reasons)
+            self._publish_verdict()
             await asyncio.sleep(interval)
+
+    async def _watch_answers(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=HEALTH_ANSWER_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                problem = await self._health_problem(session)
+                self.health.observe_engine_answer(problem)
+                held = self._failure_at is not None and time.monotonic() - self._failure_at < FAILURE_HOLD_S
+                if problem is not None or not held:
+                    self._failure_at = None
+                    self.store.set_unanswered(problem)
+                self._publish_verdict()
+                await asyncio.sleep(SERVING_HEALTH_POLL_S)
+
+    async def _health_problem(self, session: aiohttp.ClientSession) -> str | None:
+        """One GET of the engine's /health: None for a 200, else what went wrong."""
+
+        try:
+            async with session.get(f"{self.engine_base_url}/health") as response:
+                if response.status == 200:
+                    return None
+                return f"/health answered HTTP {response.status}"
+        except asyncio.TimeoutError:
+            return f"/health did not answer within {HEALTH_ANSWER_TIMEOUT_S:g} s"
+        except aiohttp.ClientError as error:
+            return f"/health failed: {error.__class__.__name__}: {error}"
+
+    def report_engine_failure(self, text: str) -> None:
+        """The serving engine logged a failure: readiness off now, before the engine is stopped.
+
+        It comes back only when ``/health`` answers 200 after :data:`FAILURE_HOLD_S` (vLLM's API
+        server takes a few seconds to notice a dead engine core and fail ``/health``).
+        """
+
+        self._failure_at = time.monotonic()
+        self.store.set_unanswered(f"engine reported a failure: {text.strip()[:200]}")
+
+    def _publish_verdict(self) -> None:
+        healthy, reasons, details = self.health.verdict()
+        self.store.state.health = details
+        memory = details.get("memory") or {}
+        self.store.state.leak_suspected = any(
+            isinstance(entry, dict) and entry.get("suspect") for entry in memory.values()
+        )
+        self.store.state.hung = bool((details.get("engine") or {}).get("hung"))
+        self.store.set_live(healthy, reasons)
 
     async def drain(self, engine: EngineProcess, exit_task: asyncio.Task) -> None:
         """Readiness already fails; let in-flight requests finish, then stop the engine."""

@@ -186,7 +186,8 @@ class WorkerRole:
                     if served_since is None:
                         served_since = time.monotonic()
                         sup.health.mark_baseline()
-                        monitor = asyncio.create_task(sup.monitor(), name="health-monitor")
+                        # Headless ranks and Ray workers serve no HTTP: nothing to poll but memory and metrics.
+                        monitor = asyncio.create_task(sup.monitor(poll_health=False), name="health-monitor")
                     mode_part = f"{target.value} mode, " if following else ""
                     self._phase(RuntimePhase.READY, f"serving ({mode_part}leader at {url} ready)")
                 else:

@@ -27,6 +27,15 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_CAPTURE_FAIL_EXIT``: after printing the capture failure, exit 1 (as vLLM does
   once its workers are gone) instead of lingering.
 - ``FAKE_ENGINE_OOM_LOG``: print this log (a real device OOM) and exit 1, once (marker file).
+- ``FAKE_ENGINE_FREEZE_AFTER_S``: this long after the server is up, stop its own process
+  (SIGSTOP): alive, but nothing answers, as a wedged API server.
+- ``FAKE_ENGINE_ERRORS_AFTER_S``: this long after the server is up, answer every request
+  (``/health`` too) with HTTP 500.
+- ``FAKE_ENGINE_FAILURE_LINGER_S``: a replay failure (``FAKE_ENGINE_REPLAY_FAIL_AFTER``) or the
+  injected crash (``FAKE_ENGINE_CRASH_ONCE_AFTER_S``, then printed as vLLM's fatal line) does not
+  exit at once: ``/health`` keeps answering 200 for this long, then the process exits 1, as vLLM's
+  API server outlives a dead engine core by a few seconds.
+- ``FAKE_ENGINE_IGNORE_SIGTERM``: ignore SIGTERM (a stop then takes its whole grace period).
 - ``FAKE_ENGINE_SPAWN_CHILD``: start a child that inherits stdout and outlives this process,
   as vLLM's engine core does when the API server dies; its pid is appended to
   ``FAKE_ENGINE_STATE_DIR``/children.
@@ -74,11 +83,18 @@ class FakeEngine:
         self.replay_after = env_float("FAKE_ENGINE_REPLAY_FAIL_AFTER")
         self.request_s = env_float("FAKE_ENGINE_REQUEST_S") or 0.0
         self.ballast: list[bytes] = []
+        self.up_at: float | None = None  # when the HTTP server started listening
 
     def ready(self) -> bool:
         return time.monotonic() - self.started >= self.startup_s
 
+    def erroring(self) -> bool:
+        after = env_float("FAKE_ENGINE_ERRORS_AFTER_S")
+        return after is not None and self.up_at is not None and time.monotonic() - self.up_at >= after
+
     async def health(self, _: web.Request) -> web.Response:
+        if self.erroring():
+            return web.Response(status=500, text="injected error")
         return web.Response(status=200 if self.ready() and not self.draining else 503)
 
     async def models(self, _: web.Request) -> web.Response:
@@ -87,7 +103,7 @@ class FakeEngine:
     async def complete(self, request: web.Request) -> web.Response:
         if self.draining:
             return web.json_response({"error": "server shutting down"}, status=503)
-        if os.environ.get("FAKE_ENGINE_FAIL_REQUESTS"):
+        if os.environ.get("FAKE_ENGINE_FAIL_REQUESTS") or self.erroring():
             return web.json_response({"error": "injected failure"}, status=500)
         body = await request.json()
         self.running += 1
@@ -97,7 +113,8 @@ class FakeEngine:
                 await asyncio.sleep(3600)
             if self.graph and self.replay_after is not None and self.completions > self.replay_after:
                 print_log(os.environ["FAKE_ENGINE_REPLAY_LOG"])
-                os._exit(1)
+                exit_after_linger()
+                return web.json_response({"error": "engine dead"}, status=500)
             await asyncio.sleep(self.request_s)
             produced = int(body.get("max_tokens") or 4)
             self.tokens += produced
@@ -109,6 +126,8 @@ class FakeEngine:
         return web.json_response({"object": "completion", "choices": [choice]})
 
     async def metrics(self, _: web.Request) -> web.Response:
+        if self.erroring():
+            return web.Response(status=500, text="injected error")
         labels = '{engine="0",model_name="fake"}'
         text = (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
@@ -138,6 +157,15 @@ async def grow_rss(engine: FakeEngine, rate_mb_s: float) -> None:
         await asyncio.sleep(0.1)
 
 
+def exit_after_linger() -> None:
+    """Exit 1 now, or after ``FAKE_ENGINE_FAILURE_LINGER_S`` while the server keeps answering."""
+
+    linger = env_float("FAKE_ENGINE_FAILURE_LINGER_S")
+    if not linger:
+        os._exit(1)
+    asyncio.get_running_loop().call_later(linger, os._exit, 1)
+
+
 def schedule_crash_once(tasks: list[asyncio.Task]) -> None:
     crash_after = env_float("FAKE_ENGINE_CRASH_ONCE_AFTER_S")
     marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "crashed-once"
@@ -145,8 +173,12 @@ def schedule_crash_once(tasks: list[asyncio.Task]) -> None:
         async def crash() -> None:
             await asyncio.sleep(crash_after)
             marker.write_text("1")
-            print("ERROR fake engine: injected crash", flush=True)
-            os._exit(1)
+            if env_float("FAKE_ENGINE_FAILURE_LINGER_S"):
+                # vLLM's words when the engine core died (the API server exits a few seconds later).
+                print("ERROR 11-10 12:30:57 [core.py:710] EngineCore encountered a fatal error.", flush=True)
+            else:
+                print("ERROR fake engine: injected crash", flush=True)
+            exit_after_linger()
         tasks.append(asyncio.create_task(crash()))
 
 
@@ -255,10 +287,16 @@ async def main() -> None:
     await runner.setup()
     await web.TCPSite(runner, args.host, args.port).start()
 
+    engine.up_at = time.monotonic()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if os.environ.get("FAKE_ENGINE_IGNORE_SIGTERM"):
+        loop.add_signal_handler(signal.SIGTERM, lambda: print("INFO fake engine: SIGTERM ignored", flush=True))
+    else:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
     tasks = []
+    if (freeze := env_float("FAKE_ENGINE_FREEZE_AFTER_S")) is not None:
+        loop.call_later(freeze, os.kill, os.getpid(), signal.SIGSTOP)
     if rate := env_float("FAKE_ENGINE_RSS_MB_PER_S"):
         tasks.append(asyncio.create_task(grow_rss(engine, rate)))
     schedule_crash_once(tasks)

@@ -32,3 +32,19 @@ def test_the_metric_label_is_the_failure_outcome_or_the_launch_reason() -> None:
     assert crash().restart_label == "other_failure"
     no_signature = LaunchResult(LaunchKind.CRASH, "x", Outcome.INCOMPLETE, restart_reason="warmup_failed")
     assert no_signature.restart_label == "warmup_failed"
+
+
+def test_readiness_is_off_while_the_serving_engine_does_not_answer() -> None:
+    from ascend_runtime.config import RuntimePhase
+    from ascend_runtime.state import StateStore
+
+    store = StateStore()
+    store.set_phase(RuntimePhase.READY, "serving")
+    assert store.state.ready
+    store.set_unanswered("/health answered HTTP 500")
+    assert (store.state.phase, store.state.ready) == (RuntimePhase.READY, False)
+    store.set_unanswered(None)
+    assert store.state.ready
+    store.set_unanswered("/health answered HTTP 500")
+    store.set_phase(RuntimePhase.LOADING, "relaunching")
+    assert store.state.unanswered is None  # it was about the engine that served
