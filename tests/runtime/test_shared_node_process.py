@@ -36,3 +36,16 @@ def test_a_process_on_the_pods_own_chip_is_a_leftover(runtime_factory):
     state = runtime.wait_for(lambda s: s["phase"] == "WaitingForNPU", 30, "WaitingForNPU")
     assert "NPU 3 chip 0" in state["message"]
     assert "NPU 0" not in state["message"] and runtime.launches() == []
+
+
+def test_a_malformed_device_list_exits_2_naming_it(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "c.yaml"
+    config.write_text("schemaVersion: 1\nmodel: {path: /m}\n")
+    result = subprocess.run([sys.executable, "-m", "ascend_runtime.cli", "run", "--config", str(config)],
+                            env={**os.environ, "ASCEND_VISIBLE_DEVICES": "0,one"},
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "ASCEND_VISIBLE_DEVICES='0,one': 'one' is not a device id" in result.stderr
