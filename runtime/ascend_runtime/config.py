@@ -129,6 +129,13 @@ class GraphConfig(_Model):
             "the runtime starts there instead of at the top of the ladder."
         ),
     )
+    capture_timeout_s: int | None = Field(
+        None, ge=5,
+        description=(
+            "Seconds a graph rung may take from the start of graph capture or compilation to a "
+            "healthy engine; past it the rung steps down. None: only runtime.readyTimeoutS applies."
+        ),
+    )
     #: Replay failures within ``replay_failure_window_s`` that demote the mode while serving.
     replay_failure_threshold: int = Field(2, ge=1, le=100)
     replay_failure_window_s: int = Field(600, ge=1)
@@ -222,6 +229,20 @@ class RuntimeOptions(_Model):
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     preflight: bool = Field(True, description="Check devices and memory before launching.")
     min_free_device_mb: int = Field(1024, ge=0, description="Preflight: free device memory needed.")
+    device_free_wait_s: int = Field(
+        120, ge=0,
+        description=(
+            "Before a relaunch, wait at most this long for the pod's chips to pass the preflight "
+            "again (the stopped engine's memory freed); then launch anyway."
+        ),
+    )
+    state_dir: str | None = Field(
+        None,
+        description=(
+            "A directory that outlives the container but not the pod (an emptyDir): the ladder's "
+            "rung and its reason are kept there across container restarts. None: kept in memory."
+        ),
+    )
 
 
 class DistributedConfig(_Model):
@@ -402,6 +423,19 @@ class RuntimeState(_Model):
     ladder: list[GraphMode] = Field(default_factory=list)
     fallbacks: int = 0
     fallback_reason: str | None = None
+    fallback_kind: str | None = Field(
+        None, description="Cause of the last fallback: graph_capture_failure, graph_replay_failure, capture_timeout."
+    )
+    fallback_deterministic: bool = Field(
+        False,
+        description=(
+            "The last fallback came from a classified capture or replay failure, which the same image, "
+            "model and engine will meet again: the operator remembers the mode only then."
+        ),
+    )
+    resumed: str | None = Field(
+        None, description="Where the ladder resumed after a container restart in the same pod, and why."
+    )
     engine_restarts: int = 0
     engine_pid: int | None = Field(None, description="PID of the engine's API server (in the pod).")
     warmup: WarmupReport = Field(default_factory=WarmupReport)

@@ -7,16 +7,24 @@ A single-node replica, and the leader of a multi-node group, run this role
 outcome of a launch                 next step
 ==================================  ===============================================
 graph capture failure (start-up)    one rung down at once (no backoff), if allowed
+graph capture or compilation that   one rung down (``capture_timeout``): past
+never ends                          ``graph.captureTimeoutS`` from its first line, or
+                                    ``runtime.readyTimeoutS`` once capture began
 replay failures while serving       counted; ``graph.replayFailureThreshold`` of
                                     them within the window -> one rung down
-crash, OOM, warmup failure, timeout relaunch the same rung after a backoff, counted
-                                    (the supervisor's restart loop)
+crash, OOM (also during capture),   relaunch the same rung after a backoff, counted
+warmup failure, slow load           (the supervisor's restart loop)
 SIGTERM                             readiness fails, in-flight requests drain, exit 0
 ==================================  ===============================================
 
 The capture-failure path does not wait for the engine to exit (vLLM can take a while to tear
 down its workers): the log classifier's event triggers the relaunch as soon as the failure line
 is printed.
+
+With ``runtime.stateDir`` (an emptyDir: it outlives the container, not the pod) the rung, the
+fallbacks and the last reason are written to :data:`LADDER_FILE` at every step down, and a
+restarted container of the same pod resumes there (``/state``'s ``resumed`` says so) instead of
+at the top. A file written for another ladder, image or model is ignored.
 
 Multi-node leaders run the plan's pre-commands before their first engine (Ray: ``ray start
 --head``; once, the Ray head outlives engine relaunches), and before every engine, when the plan
@@ -29,10 +37,12 @@ both (:mod:`ascend_runtime.worker`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
 import logging
+import os
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ascend_runtime.config import GraphMode, RuntimePhase, WarmupReport
 from ascend_runtime.distributed import plan_distributed
@@ -48,8 +58,44 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: The ladder's position in ``runtime.stateDir``.
+LADDER_FILE = "ladder.json"
+#: Fallback causes the same image, model and engine meet again: the operator may remember them.
+DETERMINISTIC = (Outcome.GRAPH_CAPTURE_FAILURE, Outcome.GRAPH_REPLAY_FAILURE)
+
+
 def _workers(count: int) -> str:
     return "1 worker" if count == 1 else f"{count} workers"
+
+
+class LadderFile:
+    """The rung and its reason, kept where a restarted container of the same pod finds them."""
+
+    def __init__(self, state_dir: str, identity: dict[str, Any]) -> None:
+        self.path = Path(state_dir) / LADDER_FILE
+        self.identity = identity  # ladder, image and model: a file for anything else is not ours
+
+    def load(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as error:
+            log.warning("ignoring %s (%s); starting at the top of the ladder", self.path, error)
+            return None
+        if not isinstance(data, dict) or data.get("identity") != self.identity:
+            log.info("%s was written for another ladder, image or model; starting at the top", self.path)
+            return None
+        return data
+
+    def save(self, record: dict[str, Any]) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_suffix(".tmp")
+            partial.write_text(json.dumps({"identity": self.identity, **record}), encoding="utf-8")
+            os.replace(partial, self.path)  # a container killed mid-write leaves the old file whole
+        except OSError as error:
+            log.warning("cannot keep the ladder's position in %s: %s", self.path, error)
 
 
 class LeaderRole:
@@ -65,6 +111,14 @@ class LeaderRole:
         self.store = supervisor.store
         self.ladder: list[GraphMode] = graph_ladder(self.config, supervisor.versions)
         self.rung = 0
+        self._file: LadderFile | None = None
+        if self.config.runtime.state_dir:
+            self._file = LadderFile(self.config.runtime.state_dir, {
+                "ladder": [mode.value for mode in self.ladder], "image": self.config.image,
+                "model": self.config.model.path,
+            })
+            self._resume(self._file.load())
+        self._capture_started = asyncio.Event()
         self._fallback = asyncio.Event()
         self._fallback_reason: str | None = None
         self._replay_failures: list[float] = []
@@ -78,6 +132,24 @@ class LeaderRole:
         return None
 
     # -- the ladder ------------------------------------------------------------------------
+    def _resume(self, record: dict[str, Any] | None) -> None:
+        """Continue where this pod's previous container left the ladder."""
+
+        if record is None:
+            return
+        rung = record.get("rung")
+        if not isinstance(rung, int) or not 0 <= rung < len(self.ladder):
+            return
+        state = self.store.state
+        self.rung = rung
+        state.fallbacks = int(record.get("fallbacks") or 0)
+        state.fallback_reason = record.get("reason")
+        state.fallback_kind = record.get("kind")
+        state.fallback_deterministic = bool(record.get("deterministic"))
+        state.resumed = (f"rung {rung} ({self.ladder[rung].value}), kept from this pod's previous container: "
+                         f"{state.fallback_reason or 'no reason recorded'}")
+        log.warning("resuming the ladder at %s", state.resumed)
+
     def advance(self, result: LaunchResult) -> bool:
         """Step one rung down after a graph failure; False when the restart loop decides."""
 
@@ -85,10 +157,14 @@ class LeaderRole:
             return False
         mode, next_mode = self.ladder[self.rung], self.ladder[self.rung + 1]
         log.warning("graph mode %s failed (%s); falling back to %s", mode.value, result.reason, next_mode.value)
-        kind = result.outcome.value if result.outcome else "graph_failure"
-        self.store.record_fallback(mode, next_mode, result.reason, kind)
+        kind = result.outcome.value if result.outcome else result.restart_reason
+        self.store.record_fallback(mode, next_mode, result.reason, kind, result.outcome in DETERMINISTIC)
         self._replay_failures.clear()  # they counted against the rung just left
         self.rung += 1
+        if self._file is not None:
+            state = self.store.state
+            self._file.save({"rung": self.rung, "fallbacks": state.fallbacks, "reason": state.fallback_reason,
+                             "kind": state.fallback_kind, "deterministic": state.fallback_deterministic})
         return True
 
     async def launch(self) -> LaunchResult:
@@ -117,6 +193,7 @@ class LeaderRole:
         self.store.set_phase(RuntimePhase.LOADING, message)
         self._fallback = asyncio.Event()
         self._fallback_reason = None
+        self._capture_started = asyncio.Event()
         self._serving = False
         launched = time.monotonic()
         engine, exit_task = await sup.start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit")
@@ -131,6 +208,8 @@ class LeaderRole:
     # -- engine events ---------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
         kind = event.kind
+        if kind in (EventKind.CAPTURING_GRAPHS, EventKind.COMPILING) and not self._serving:
+            self._capture_started.set()
         if kind == EventKind.CAPTURING_GRAPHS and not self._serving:
             self.store.set_phase(RuntimePhase.CAPTURING_GRAPHS, event.text[:200])
         elif kind == EventKind.LOADING and not self._serving:
@@ -175,11 +254,12 @@ class LeaderRole:
         stop_wait = asyncio.create_task(sup.stop_requested.wait())
         fallback_wait = asyncio.create_task(self._fallback.wait())
         healthy = asyncio.create_task(sup.wait_healthy(deadline))
+        capture = asyncio.create_task(self._capture_budget())
         try:
-            done, _ = await asyncio.wait({exit_task, stop_wait, fallback_wait, healthy},
+            done, _ = await asyncio.wait({exit_task, stop_wait, fallback_wait, healthy, capture},
                                          return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (stop_wait, fallback_wait, healthy):
+            for task in (stop_wait, fallback_wait, healthy, capture):
                 if not task.done():
                     task.cancel()
         if stop_wait in done:
@@ -191,11 +271,33 @@ class LeaderRole:
             return LaunchResult(LaunchKind.FALLBACK, reason, Outcome.GRAPH_CAPTURE_FAILURE)
         if exit_task in done:
             return self._exit_result(exit_task.result(), served=False)
+        if capture in done:
+            await engine.stop(sup.failed_start_stop_s)
+            return self._capture_timeout(f"graph capture did not finish within graph.captureTimeoutS "
+                                         f"({self.config.graph.capture_timeout_s} s)")
         if not healthy.result():
             await engine.stop(sup.failed_start_stop_s)
-            return LaunchResult(LaunchKind.CRASH, f"engine not healthy within runtime.readyTimeoutS "
-                                f"({self.config.runtime.ready_timeout_s} s)", restart_reason="start_timeout")
+            why = f"engine not healthy within runtime.readyTimeoutS ({self.config.runtime.ready_timeout_s} s)"
+            if self._capture_started.is_set():
+                return self._capture_timeout(f"{why}, after graph capture began")
+            return LaunchResult(LaunchKind.CRASH, why, restart_reason="start_timeout")
         return await self._warm_up(engine, exit_task, launched)
+
+    async def _capture_budget(self) -> None:
+        """Returns once a graph rung's capture has run past ``graph.captureTimeoutS``; else never."""
+
+        budget = self.config.graph.capture_timeout_s
+        if budget is None or self.ladder[self.rung] is GraphMode.EAGER:
+            await asyncio.Event().wait()
+        await self._capture_started.wait()
+        await asyncio.sleep(float(budget or 0))
+
+    def _capture_timeout(self, reason: str) -> LaunchResult:
+        """A graph rung that neither failed nor became healthy: the next rung may (not counted)."""
+
+        graph = self.ladder[self.rung] is not GraphMode.EAGER
+        kind = LaunchKind.FALLBACK if graph and self.config.graph.fallback else LaunchKind.CRASH
+        return LaunchResult(kind, reason, restart_reason="capture_timeout")
 
     async def _warm_up(self, engine: EngineProcess, exit_task: asyncio.Task, launched: float
                        ) -> LaunchResult | None:

@@ -97,9 +97,12 @@ class StateStore:
         if self.state.requested_mode is None and ladder:
             self.state.requested_mode = ladder[0]
 
-    def record_fallback(self, from_mode: GraphMode, to_mode: GraphMode, reason: str, kind: str) -> None:
+    def record_fallback(self, from_mode: GraphMode, to_mode: GraphMode, reason: str, kind: str,
+                        deterministic: bool) -> None:
         self.state.fallbacks += 1
         self.state.fallback_reason = f"{from_mode.value} -> {to_mode.value}: {reason}"
+        self.state.fallback_kind = kind
+        self.state.fallback_deterministic = deterministic
         self.metrics.fallbacks.labels(from_mode.value, to_mode.value, kind).inc()
 
     def record_restart(self, reason: str) -> None:

@@ -7,7 +7,9 @@ leader). The supervisor owns what both share: the preflight, the restart loop be
 and stopping the engine child, the leak/hang monitor that feeds liveness, the drain on SIGTERM,
 and the commands run around the engine (Ray's pre-commands, the workers-ready check).
 
-The restart loop (:meth:`Supervisor.run`), per :class:`~ascend_runtime.launch.LaunchKind`:
+Before every relaunch the pod's chips must pass the preflight again (the stopped engine's memory
+freed), for at most ``runtime.deviceFreeWaitS``. The restart loop (:meth:`Supervisor.run`), per
+:class:`~ascend_runtime.launch.LaunchKind`:
 ``stopped`` -> exit 0; ``fallback`` / ``follow`` -> the role relaunches at once, uncounted;
 ``crash`` -> relaunch after a backoff, counted (:class:`~ascend_runtime.launch.RestartBudget`),
 ``runtime.restart.maxRestarts`` used up -> exit 3 (never served) or 4; ``leader_failed`` -> exit
@@ -70,6 +72,8 @@ FAILED_START_STOP_S = 2.0
 DRAIN_EXIT_MARGIN_S = 5.0
 #: Seconds between preflight retries while devices are busy or missing.
 PREFLIGHT_RETRY_S = 10.0
+#: Seconds between checks of the pod's chips before a relaunch.
+DEVICE_FREE_POLL_S = 1.0
 #: Workers: seconds between polls of the leader's /state.
 LEADER_POLL_S = 2.0
 #: Seconds a pre-command (``ray start --head``) may run before it counts as failed.
@@ -207,9 +211,13 @@ class Supervisor:
 
         budget = RestartBudget(self.config.runtime.restart)
         served_before = False
+        launched_before = False
         while True:
+            if launched_before:
+                await self._wait_devices_free()
             if self.stop_requested.is_set():
                 return EXIT_STOPPED
+            launched_before = True
             result = await role.launch()
             served_before = served_before or result.served
             if result.kind is LaunchKind.STOPPED:
@@ -252,6 +260,30 @@ class Supervisor:
                 await asyncio.wait_for(self.stop_requested.wait(), timeout=PREFLIGHT_RETRY_S)
             if self.stop_requested.is_set():
                 return EXIT_STOPPED
+
+    async def _wait_devices_free(self) -> None:
+        """Before a relaunch: the stopped engine's memory must leave the pod's chips (bounded).
+
+        A relaunch into chips still held by the previous engine fails with an OOM that says
+        nothing about the mode; past ``runtime.deviceFreeWaitS`` the launch goes ahead anyway.
+        """
+
+        if not (self.config.runtime.preflight and self.preflight is not None):
+            return
+        budget = self.config.runtime.device_free_wait_s
+        deadline = time.monotonic() + budget
+        while True:
+            ok, reason = await self.preflight()
+            if ok:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("relaunching although the chips are not free after %d s: %s", budget, reason)
+                return
+            self.store.set_phase(RuntimePhase.LOADING, f"waiting up to {budget} s for this pod's chips to "
+                                 f"free the stopped engine's memory: {reason}")
+            stopped, _ = await self.until_stopped(asyncio.sleep(DEVICE_FREE_POLL_S))
+            if stopped:
+                return
 
     # -- commands around the engine (multi-node) --------------------------------------------
     async def until_stopped(self, awaitable: Awaitable[T]) -> tuple[bool, T | None]:

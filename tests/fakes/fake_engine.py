@@ -27,6 +27,10 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_CAPTURE_FAIL_EXIT``: after printing the capture failure, exit 1 (as vLLM does
   once its workers are gone) instead of lingering.
 - ``FAKE_ENGINE_OOM_LOG``: print this log (a real device OOM) and exit 1, once (marker file).
+- ``FAKE_ENGINE_CAPTURE_OOM_LOG``: in a graph mode, print this log (memory running out inside
+  capture) and exit 1, once (marker file): the relaunch of the same rung succeeds.
+- ``FAKE_ENGINE_CAPTURE_HANG``: in a graph mode (``FAKE_ENGINE_CAPTURE_FAIL_MODES`` applies too),
+  print vLLM's capture progress line and never finish: no HTTP server, no exit.
 - ``FAKE_ENGINE_FREEZE_AFTER_S``: this long after the server is up, stop its own process
   (SIGSTOP): alive, but nothing answers, as a wedged API server.
 - ``FAKE_ENGINE_ERRORS_AFTER_S``: this long after the server is up, answer every request
@@ -196,8 +200,8 @@ def graph_mode(argv: list[str]) -> str:
     return "PIECEWISE"
 
 
-def capture_fails(argv: list[str]) -> bool:
-    if not os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
+def capture_fails(argv: list[str], variable: str = "FAKE_ENGINE_CAPTURE_FAIL") -> bool:
+    if not os.environ.get(variable):
         return False
     mode = graph_mode(argv)
     if mode == "EAGER":
@@ -270,6 +274,16 @@ async def main() -> None:
     print(f"INFO fake engine: model={args.model} graph={engine.graph} mode={graph_mode(argv)}", flush=True)
     if capture_fails(argv):
         await fail_capture()
+    if capture_fails(argv, "FAKE_ENGINE_CAPTURE_HANG"):
+        print(f"INFO 01-09 16:59:20 [model_runner_v1.py:2979] Capturing CUDA graphs (mixed prefill-decode, "
+              f"{graph_mode(argv)}): 0%|          | 0/67", flush=True)
+        await asyncio.sleep(3600)
+    capture_oom_marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "capture-oom-once"
+    if capture_fails(argv, "FAKE_ENGINE_CAPTURE_OOM_LOG") and not capture_oom_marker.exists():
+        capture_oom_marker.write_text("1")
+        await asyncio.sleep(0.3)
+        print_log(os.environ["FAKE_ENGINE_CAPTURE_OOM_LOG"])
+        os._exit(1)
     oom_marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "oom-once"
     if os.environ.get("FAKE_ENGINE_OOM_LOG") and not oom_marker.exists():
         oom_marker.write_text("1")
