@@ -1350,11 +1350,24 @@ class GraphStatus(_Status):
         default_factory=list, max_length=1024, description="Per-pod runtime reports."
     )
     remembered_mode: GraphMode | None = Field(
-        None, description="A mode seen working; new pods start there while rememberedFor matches."
+        None,
+        description=(
+            "A mode a pod fell back to after a deterministic graph capture or replay failure; new pods "
+            "start there while rememberedFor and the engine versions match."
+        ),
     )
     remembered_for: str | None = Field(
         None,
-        description="Short hash of image, model source, revision and parallelism the mode was seen with.",
+        description=(
+            "Short hash of image, model source, revision, parallelism and the "
+            "llm.ascend.dev/retry-graph-mode annotation the mode was seen with."
+        ),
+    )
+    remembered_reason: str | None = Field(
+        None, description="Why the mode is remembered: the pod and the failure that made it fall back."
+    )
+    remembered_versions: str | None = Field(
+        None, description="The engine versions the failure was seen with; other versions try the top again."
     )
     fallbacks: int = Field(0, ge=0, description="Fallbacks summed over the current pods.")
 

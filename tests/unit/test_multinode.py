@@ -326,7 +326,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "139c89eea3bd8267"},
+            "annotations": {"llm.ascend.dev/spec-hash": "aade286448044138"},
         },
         "spec": {
             "replicas": 1,
@@ -349,7 +349,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                             "llm.ascend.dev/deployment": "deepseek-v3",
                             "llm.ascend.dev/role": "leader",
                         },
-                        "annotations": {"llm.ascend.dev/config-hash": "bfcbe7a01c792bda"},
+                        "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
                     "spec": {
                         "containers": [
@@ -392,6 +392,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {
                                         "name": "model",
                                         "mountPath": "/mnt/model",
@@ -403,7 +404,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 490,
+                                    "failureThreshold": 914,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -434,6 +435,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
@@ -462,7 +464,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                             "llm.ascend.dev/deployment": "deepseek-v3",
                             "llm.ascend.dev/role": "worker",
                         },
-                        "annotations": {"llm.ascend.dev/config-hash": "bfcbe7a01c792bda"},
+                        "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
                     "spec": {
                         "containers": [
@@ -502,6 +504,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {
                                         "name": "model",
                                         "mountPath": "/mnt/model",
@@ -513,7 +516,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 490,
+                                    "failureThreshold": 914,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -544,6 +547,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
@@ -636,7 +640,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "dcc60c66f4c22cb5"},
+            "annotations": {"llm.ascend.dev/spec-hash": "fd3f8bac94c16da5"},
         },
         "data": {},
     },
@@ -690,9 +694,11 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 2000,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {
             "nodes": 2,
@@ -723,7 +729,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-r1-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "e2f0f5537d5522e6"},
+            "annotations": {"llm.ascend.dev/spec-hash": "0cbeb6d7df88fe29"},
         },
         "spec": {
             "replicas": 1,
@@ -748,7 +754,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "ring-controller.atlas": "ascend-910b",
                         },
                         "annotations": {
-                            "llm.ascend.dev/config-hash": "e448eece07b8ac7a",
+                            "llm.ascend.dev/config-hash": "6add86f46a64a7bc",
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
@@ -793,13 +799,14 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
                                 ],
                                 "startupProbe": {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 718,
+                                    "failureThreshold": 1044,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -830,6 +837,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
@@ -862,7 +870,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "ring-controller.atlas": "ascend-910b",
                         },
                         "annotations": {
-                            "llm.ascend.dev/config-hash": "e448eece07b8ac7a",
+                            "llm.ascend.dev/config-hash": "6add86f46a64a7bc",
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
@@ -904,13 +912,14 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
                                 ],
                                 "startupProbe": {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 718,
+                                    "failureThreshold": 1044,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -941,6 +950,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
@@ -1035,7 +1045,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-r1-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "e60a37f8f09a2e8f"},
+            "annotations": {"llm.ascend.dev/spec-hash": "93d13b45e0d36ba7"},
         },
         "data": {},
     },
@@ -1088,9 +1098,11 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 3140,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {
             "nodes": 2,
