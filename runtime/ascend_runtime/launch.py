@@ -29,6 +29,10 @@ class LaunchKind(str, enum.Enum):
     FOLLOW = "follow"
     #: A worker: the leader failed, so the whole group restarts; exit.
     LEADER_FAILED = "leader_failed"
+    #: A worker: its own engine process died. The group's collectives cannot take a relaunched
+    #: rank back (recovery would wait for HCCL's connect timeout): exit, so that the
+    #: LeaderWorkerSet recreates the whole group.
+    ENGINE_LOST = "engine_lost"
 
 
 @dataclass

@@ -102,8 +102,6 @@ class LeaderRole:
     """The ladder: which rung runs next, one launch of it, and the fallback decision."""
 
     noun = "engine"
-    #: A crashed engine is relaunched in this pod (the restart loop's backoff).
-    relaunch_on_crash = True
 
     def __init__(self, supervisor: Supervisor) -> None:
         self.sup = supervisor

@@ -12,8 +12,8 @@ freed), for at most ``runtime.deviceFreeWaitS``. The restart loop (:meth:`Superv
 :class:`~ascend_runtime.launch.LaunchKind`:
 ``stopped`` -> exit 0; ``fallback`` / ``follow`` -> the role relaunches at once, uncounted;
 ``crash`` -> relaunch after a backoff, counted (:class:`~ascend_runtime.launch.RestartBudget`),
-``runtime.restart.maxRestarts`` used up -> exit 3 (never served) or 4; ``leader_failed`` -> exit
-so that the group restarts.
+``runtime.restart.maxRestarts`` used up -> exit 3 (never served) or 4; ``leader_failed`` and
+``engine_lost`` (a worker's own engine died) -> exit 3 or 4 so that the group restarts.
 """
 
 from __future__ import annotations
@@ -224,6 +224,9 @@ class Supervisor:
                 return EXIT_STOPPED
             if result.kind is LaunchKind.LEADER_FAILED:
                 return self._give_up(result.reason, served_before, "exiting so that the group restarts")
+            if result.kind is LaunchKind.ENGINE_LOST:
+                return self._give_up(result.reason, served_before,
+                                     "exiting so that the LeaderWorkerSet recreates the group")
             if role.advance(result):
                 continue
             delay = budget.spend(result)

@@ -4,9 +4,11 @@ A worker (:class:`WorkerRole`) runs no ladder of its own. It waits for the leade
 launches its process for that mode (mp: the headless engine; Ray: ``ray start --block``), and
 polls the leader's ``/state`` every ``leader_poll_s`` seconds. It relaunches, uncounted, when the
 leader fell back or relaunched its engine (a new DP handshake,
-:func:`~ascend_runtime.distributed.worker_should_relaunch`); a crash of its own process is
-relaunched with backoff and counted as on the leader; a failed leader ends the worker too (the
-group restarts). It is ready while :func:`~ascend_runtime.distributed.group_member_ready` holds.
+:func:`~ascend_runtime.distributed.worker_should_relaunch`). A crash of its own process ends the
+worker (phase Failed, exit 3 or 4): a rank relaunched into a running group cannot rejoin its
+collectives (the leader's engine would wait for HCCL's connect timeout), so the pod exits and
+the LeaderWorkerSet recreates the whole group (``RecreateGroupOnPodRestart``). A failed leader
+ends the worker too. A failed pre-command is relaunched with backoff and counted. It is ready while :func:`~ascend_runtime.distributed.group_member_ready` holds.
 Workers run no warmup: the warmup requests reach the leader's API server, which spreads them
 over every DP rank or Ray worker of the group, so the leader's warmup drives the whole group. On
 SIGTERM a worker keeps its process up while the leader drains (its ranks serve the leader's
@@ -53,7 +55,6 @@ class WorkerRole:
     """One worker launch per leader engine; the leader's state decides when to relaunch."""
 
     noun = "worker process"
-    relaunch_on_crash = True
 
     def __init__(self, supervisor: Supervisor) -> None:
         self.sup = supervisor
@@ -206,7 +207,7 @@ class WorkerRole:
 
         outcome = exited.outcome.outcome
         reason = f"worker process exited with code {exited.returncode} ({outcome.value})"
-        crash = (LaunchKind.CRASH, reason, {"outcome": outcome})
+        crash = (LaunchKind.ENGINE_LOST, reason, {"outcome": outcome})
         if target is None:  # Ray workers: their process belongs to no particular leader engine
             return crash
         try:
