@@ -14,6 +14,7 @@ misbehaves on request through environment variables:
   replay-failure traceback (``FAKE_ENGINE_REPLAY_LOG``) and exit 1.
 - ``FAKE_ENGINE_CRASH_ONCE_AFTER_S``: exit 1 once, this long after start (a marker file in
   ``FAKE_ENGINE_STATE_DIR`` keeps it to once).
+- ``FAKE_ENGINE_CRASH_AFTER_S``: exit 1 this long after the server is up, at every launch.
 - ``FAKE_ENGINE_FAIL_REQUESTS``: answer completions with HTTP 500 (warmup must fail).
 - ``FAKE_ENGINE_REQUEST_S``: seconds each completion takes (for drain tests).
 - ``FAKE_ENGINE_RSS_MB_PER_S``: grow resident memory at this rate (leak tests).
@@ -314,6 +315,8 @@ async def main() -> None:
     if rate := env_float("FAKE_ENGINE_RSS_MB_PER_S"):
         tasks.append(asyncio.create_task(grow_rss(engine, rate)))
     schedule_crash_once(tasks)
+    if (crash_after := env_float("FAKE_ENGINE_CRASH_AFTER_S")) is not None:
+        loop.call_later(crash_after, os._exit, 1)
     print("INFO:     Application startup complete.", flush=True)
     await stop.wait()
     engine.draining = True

@@ -122,6 +122,24 @@ def test_crash_is_relaunched_with_backoff_and_counted(runtime_factory):
     assert 'ascend_llm_engine_restarts_total{reason="crash"} 1.0' in metrics
 
 
+def test_sparse_crashes_after_healthy_runs_never_use_up_the_restart_budget(runtime_factory):
+    # maxRestarts 1: a second crash would end the container, unless the engine served
+    # resetAfterS (1 s) before each crash, which starts the count over.
+    runtime = runtime_factory({"warmup": {"enabled": False},
+                               "runtime": {"restart": {"maxRestarts": 1, "resetAfterS": 1}}},
+                              {"FAKE_ENGINE_CRASH_AFTER_S": "2.5"})
+    state = runtime.wait_for(lambda s: s["engineRestarts"] >= 3, 60, "three crashes")
+    assert runtime.process.poll() is None and state["phase"] != "Failed"
+
+
+def test_without_a_healthy_run_the_restart_budget_runs_out(runtime_factory):
+    runtime = runtime_factory({"warmup": {"enabled": False},
+                               "runtime": {"restart": {"maxRestarts": 1, "resetAfterS": 60}}},
+                              {"FAKE_ENGINE_CRASH_AFTER_S": "2.5"})
+    assert runtime.process.wait(timeout=60) == 4  # EXIT_CRASHED after the second crash
+    assert len(runtime.launches()) == 2
+
+
 def test_failed_warmup_is_a_failed_start_with_reason_and_exit_code(runtime_factory):
     runtime = runtime_factory({"runtime": {"restart": {"maxRestarts": 1}}}, {"FAKE_ENGINE_FAIL_REQUESTS": "1"})
     code = runtime.process.wait(timeout=60)
