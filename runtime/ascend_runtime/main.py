@@ -108,6 +108,7 @@ async def _serve(config: EngineConfig, versions: Versions, devices: frozenset[in
     supervisor = Supervisor(
         config, versions, store, health=health,
         preflight=make_preflight(versions.platform, config.runtime.min_free_device_mb, devices=devices),
+        reap_orphans=True,
     )
     supervisor.install_signal_handlers()
     app = build_app(store, supervisor.engine_metrics_text)

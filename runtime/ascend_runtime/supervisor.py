@@ -39,6 +39,7 @@ from ascend_runtime.launch import LaunchKind, LaunchResult, RestartBudget
 from ascend_runtime.leader import LeaderRole
 from ascend_runtime.logclass import Event
 from ascend_runtime.promtext import MetricsTextError, sample_values, total
+from ascend_runtime.reaper import Reaper, become_subreaper
 from ascend_runtime.state import StateStore
 from ascend_runtime.versions import Versions
 from ascend_runtime.worker import WorkerRole
@@ -72,6 +73,8 @@ FAILED_START_STOP_S = 2.0
 DRAIN_EXIT_MARGIN_S = 5.0
 #: Seconds between preflight retries while devices are busy or missing.
 PREFLIGHT_RETRY_S = 10.0
+#: Seconds between rounds of the orphan reaper.
+REAP_INTERVAL_S = 5.0
 #: Seconds between checks of the pod's chips before a relaunch.
 DEVICE_FREE_POLL_S = 1.0
 #: Workers: seconds between polls of the leader's /state.
@@ -141,10 +144,13 @@ class Supervisor:
         echo_engine: bool = True,
         env: Mapping[str, str] | None = None,
         leader_poll_s: float = LEADER_POLL_S,
+        reap_orphans: bool = False,
     ) -> None:
         """``env`` is the pod's environment (LeaderWorkerSet's variables, ``POD_IP``); default
-        ``os.environ``. Raises :class:`~ascend_runtime.config.ConfigError` when this pod cannot
-        join its group (:func:`~ascend_runtime.distributed.resolve_distributed`)."""
+        ``os.environ``. ``reap_orphans``: become the subreaper of the engine's process tree and
+        wait for its orphans (:mod:`ascend_runtime.reaper`; `ascend-llm run` turns it on). Raises
+        :class:`~ascend_runtime.config.ConfigError` when this pod cannot join its group
+        (:func:`~ascend_runtime.distributed.resolve_distributed`)."""
 
         self.config = config
         self.versions = versions
@@ -164,6 +170,9 @@ class Supervisor:
         #: Set by the leader per launch: whether the engine drains in-flight requests on SIGTERM.
         self.shutdown_flag_supported = False
         self._failure_at: float | None = None  # report_engine_failure
+        #: Orphans of the engine re-parent to the runtime, which waits for them (PID 1 or not).
+        self.subreaper = become_subreaper() if reap_orphans else False
+        self.reaper = Reaper()
 
     # -- the public surface -------------------------------------------------------------
     @property
@@ -203,8 +212,20 @@ class Supervisor:
             if code is not None:
                 return code
         role: LeaderRole | WorkerRole = WorkerRole(self) if self.is_worker else LeaderRole(self)
-        async with role:
-            return await self._restart_loop(role)
+        reaping = asyncio.create_task(self._reap_orphans(), name="orphan-reaper") if self.subreaper else None
+        try:
+            async with role:
+                return await self._restart_loop(role)
+        finally:
+            if reaping is not None:
+                reaping.cancel()
+                await self.reap(reaping)
+            self.reaper.reap()
+
+    async def _reap_orphans(self) -> None:
+        while True:
+            self.reaper.reap()
+            await asyncio.sleep(REAP_INTERVAL_S)
 
     async def _restart_loop(self, role: LeaderRole | WorkerRole) -> int:
         """The one restart loop: launch, then stop, step, relaunch or give up (module docstring)."""
@@ -323,6 +344,7 @@ class Supervisor:
                 )
             except OSError as error:
                 return CommandRun(None, f"cannot start {argv[0]}: {error.strerror or error}")
+            self.reaper.own(process.pid)  # asyncio waits for it, not the reaper
             stopped, _ = await self.until_stopped(self._wait_process(process, timeout))
             if process.returncode is None:  # timed out or stopped
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -331,6 +353,7 @@ class Supervisor:
                 returncode = None
             else:
                 returncode = process.returncode
+            self.reaper.disown(process.pid)
             output.seek(0)
             text = output.read().decode("utf-8", errors="replace")
         if self.echo_engine and text:
@@ -393,6 +416,7 @@ class Supervisor:
         self.engine = engine
         await engine.start()
         assert engine.pid is not None
+        self.reaper.own(engine.pid)
         self.store.state.engine_pid = engine.pid
         self.health.start(engine.pid)
         self.store.set_live(True, [])  # verdicts about the previous engine do not carry over
@@ -408,6 +432,9 @@ class Supervisor:
             await exit_task
         if self.store.state.engine_pid == engine.pid:
             self.store.state.engine_pid = None
+        if engine.pid is not None:
+            self.reaper.disown(engine.pid)
+        self.reaper.reap()  # the engine's killed orphans, now rather than at the next round
 
     @staticmethod
     async def reap(task: asyncio.Task) -> None:

@@ -43,7 +43,8 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_IGNORE_SIGTERM``: ignore SIGTERM (a stop then takes its whole grace period).
 - ``FAKE_ENGINE_SPAWN_CHILD``: start a child that inherits stdout and outlives this process,
   as vLLM's engine core does when the API server dies; its pid is appended to
-  ``FAKE_ENGINE_STATE_DIR``/children.
+  ``FAKE_ENGINE_STATE_DIR``/children. ``detached``: the child runs in its own session, so
+  stopping the engine's process group does not reach it.
 
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
@@ -267,7 +268,8 @@ async def main() -> None:
     if os.environ.get("FAKE_ENGINE_SPAWN_CHILD"):
         import subprocess
 
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        detached = os.environ["FAKE_ENGINE_SPAWN_CHILD"] == "detached"  # its own session: no group kill reaches it
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=detached)
         state_dir = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", "."))
         with open(state_dir / "children", "a", encoding="utf-8") as handle:
             handle.write(f"{child.pid}\n")

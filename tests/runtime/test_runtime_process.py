@@ -13,6 +13,7 @@ tests/engine/.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import signal
 import subprocess
@@ -225,3 +226,32 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "warmup.concurrency" in result.stderr
+
+
+def test_the_runtime_adopts_the_engines_orphans_and_leaves_no_zombie(runtime_factory):
+    # The engine's child outlives it in a session of its own (no group kill reaches it), as
+    # vLLM's engine core can outlive a dead API server. It re-parents to the runtime, the
+    # subreaper of its tree (as PID 1 of a container would be), which waits for it once it dies.
+    runtime = runtime_factory({"warmup": {"enabled": False}},
+                              {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "1.5", "FAKE_ENGINE_SPAWN_CHILD": "detached"})
+    try:
+        runtime.wait_for(lambda s: s["engineRestarts"] == 1 and is_ready(s), 30, "Ready after the crash")
+        orphan = psutil.Process(int((runtime.workdir / "children").read_text().split()[0]))
+        assert orphan.ppid() == runtime.process.pid
+        orphan.kill()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                status = orphan.status()
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the engine's orphan {orphan.pid} is still there ({status})")
+        zombies = [c.pid for c in psutil.Process(runtime.process.pid).children()
+                   if c.status() == psutil.STATUS_ZOMBIE]
+        assert zombies == []
+    finally:  # every launch left one such child; none may outlive the test
+        for pid in map(int, (runtime.workdir / "children").read_text().split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
