@@ -587,6 +587,14 @@ class WarmupSpec(_Spec):
         le=86400,
         description=f"Warmup longer than this is a failed start. Default: {_WARMUP_DEFAULTS.timeout_s}.",
     )
+    chat: bool | None = Field(
+        None,
+        description=(
+            "Also warm the chat template path (once per concurrency level). A model without a chat "
+            "template gets its chat waves skipped with a warning in status.warmup.warnings; false skips "
+            f"them from the start. Default: {str(_WARMUP_DEFAULTS.chat).lower()}."
+        ),
+    )
 
 
 _LEAK_DEFAULTS = LeakLimits()
@@ -1379,6 +1387,10 @@ class WarmupStatus(_Status):
     failed: int = Field(0, ge=0, description="Pods whose warmup failed.")
     pending: int = Field(0, ge=0, description="Pods still warming up or not yet started.")
     last_seconds: float | None = Field(None, ge=0, description="Duration of the latest finished warmup.")
+    warnings: list[str] = Field(
+        default_factory=list, max_length=16,
+        description="What the pods' warmups skipped and why, one entry per distinct warning (e.g. no chat template).",
+    )
 
 
 class NodeBehind(_Status):

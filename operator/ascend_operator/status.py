@@ -494,6 +494,13 @@ def _warmup(replicas: list[_Replica]) -> dict[str, Any]:
     warmup: dict[str, Any] = dict(counts)
     if finished:
         warmup["lastSeconds"] = max(finished)[1]  # the newest pod's warmup
+    warnings: list[str] = []
+    for replica in replicas:
+        for warning in replica.state.warmup.warnings if replica.state is not None else ():
+            if warning not in warnings:
+                warnings.append(warning)
+    if warnings:
+        warmup["warnings"] = warnings[:16]
     return warmup
 
 

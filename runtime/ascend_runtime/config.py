@@ -403,6 +403,7 @@ class WarmupReport(_Model):
     seconds: float | None = None
     requests: int = 0
     reason: str | None = None
+    warnings: list[str] = Field(default_factory=list, description="What the warmup skipped, and why.")
 
 
 class RuntimeState(_Model):

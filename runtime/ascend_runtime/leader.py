@@ -324,7 +324,9 @@ class LeaderRole:
                 return self._exit_result(exit_task.result(), served=False)
             result = warm.result()
             report = WarmupReport(outcome="succeeded" if result.ok else "failed", seconds=round(result.seconds, 3),
-                                  requests=result.requests, reason=result.reason)
+                                  requests=result.requests, reason=result.reason, warnings=result.warnings)
+            for warning in result.warnings:
+                log.warning("warmup: %s", warning)
             self.store.set_warmup(report)
             if not result.ok:
                 await engine.stop(sup.failed_start_stop_s)

@@ -15,6 +15,8 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_CRASH_ONCE_AFTER_S``: exit 1 once, this long after start (a marker file in
   ``FAKE_ENGINE_STATE_DIR`` keeps it to once).
 - ``FAKE_ENGINE_CRASH_AFTER_S``: exit 1 this long after the server is up, at every launch.
+- ``FAKE_ENGINE_NO_CHAT_TEMPLATE``: a base model: chat requests get vLLM's HTTP 400 for a
+  tokenizer without a chat template.
 - ``FAKE_ENGINE_FAIL_REQUESTS``: answer completions with HTTP 500 (warmup must fail).
 - ``FAKE_ENGINE_REQUEST_S``: seconds each completion takes (for drain tests).
 - ``FAKE_ENGINE_RSS_MB_PER_S``: grow resident memory at this rate (leak tests).
@@ -112,6 +114,11 @@ class FakeEngine:
         if os.environ.get("FAKE_ENGINE_FAIL_REQUESTS") or self.erroring():
             return web.json_response({"error": "injected failure"}, status=500)
         body = await request.json()
+        if "messages" in body and os.environ.get("FAKE_ENGINE_NO_CHAT_TEMPLATE"):
+            message = ("As of transformers v4.44, default chat template is no longer allowed, so you must "
+                       "provide a chat template if the tokenizer does not define one.")
+            return web.json_response({"object": "error", "message": message, "type": "BadRequestError",
+                                      "param": None, "code": 400}, status=400)
         self.running += 1
         try:
             self.completions += 1

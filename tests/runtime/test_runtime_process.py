@@ -151,6 +151,21 @@ def test_failed_warmup_is_a_failed_start_with_reason_and_exit_code(runtime_facto
     assert len(runtime.launches()) == 2
 
 
+def test_a_model_without_a_chat_template_becomes_ready_with_a_warning(runtime_factory):
+    runtime = runtime_factory({}, {"FAKE_ENGINE_NO_CHAT_TEMPLATE": "1"})
+    state = runtime.wait_for(is_ready, 60, "Ready without the chat waves")
+    assert state["engineRestarts"] == 0 and len(runtime.launches()) == 1
+    assert state["warmup"]["outcome"] == "succeeded"
+    assert [w.split(":")[0] for w in state["warmup"]["warnings"]] == ["chat warmup skipped"]
+
+
+def test_chat_warmup_can_be_turned_off(runtime_factory):
+    runtime = runtime_factory({"warmup": {"chat": False}}, {"FAKE_ENGINE_NO_CHAT_TEMPLATE": "1"})
+    state = runtime.wait_for(is_ready, 60, "Ready")
+    assert state["warmup"]["warnings"] == []
+    assert state["warmup"]["requests"] == 1 * 2 + 2 * 2  # completions only: 2 lengths x (1 + 2)
+
+
 def test_probes_before_ready_and_after(runtime_factory):
     runtime = runtime_factory({}, {"FAKE_ENGINE_STARTUP_S": "3"})
     runtime.wait_for(lambda s: s["phase"] in ("Loading", "WarmingUp"), 20, "Loading")

@@ -1791,3 +1791,8 @@ EXPECTED_SMALL_310P = {
         "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
     },
 }
+
+
+def test_warmup_chat_reaches_the_engine_config() -> None:
+    assert render({"model": HF}).engine_config.warmup.chat is True
+    assert render({"model": HF, "warmup": {"chat": False}}).engine_config.warmup.chat is False

@@ -322,3 +322,14 @@ def test_transition_events_fire_once_per_transition() -> None:
     assert transition_events(after, after) == []
     another = {"conditions": [cond("GraphModeFallback", "True", "FellBack", "qwen-a ...; qwen-b runs EAGER")]}
     assert transition_events(after, another) == [("Warning", "FellBack", "qwen-a ...; qwen-b runs EAGER")]
+
+
+def test_warmup_warnings_of_the_pods_show_once_each() -> None:
+    from ascend_runtime.config import WarmupReport
+
+    warning = "chat warmup skipped: the model has no chat template (...)"
+    report = WarmupReport(outcome="succeeded", seconds=2.0, requests=6, warnings=[warning])
+    states = {"qwen-a": runtime(RuntimePhase.READY, warmup=report),
+              "qwen-b": runtime(RuntimePhase.READY, warmup=report)}
+    warmup = compute_status(spec(replicas=2), observe([pod("qwen-a"), pod("qwen-b")], states), None, NOW)["warmup"]
+    assert warmup["warnings"] == [warning] and warmup["succeeded"] == 2

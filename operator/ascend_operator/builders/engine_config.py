@@ -229,6 +229,7 @@ def build_engine_config(
         concurrency=spec.warmup.concurrency,
         max_tokens=spec.warmup.max_tokens,
         timeout_s=spec.warmup.timeout_seconds,
+        chat=spec.warmup.chat,
     )
     health: dict[str, Any] = _set({}, hang_timeout_s=spec.health.hang_timeout_seconds)
     if spec.health.leak is not None:
