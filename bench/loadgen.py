@@ -61,14 +61,15 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
 try:
     from ascend_runtime.config import EngineConfig
+    from ascend_runtime.promtext import sample_values
 except ImportError:  # run from a checkout without installing
     sys.path.insert(0, str(REPO / "runtime"))
     from ascend_runtime.config import EngineConfig
+    from ascend_runtime.promtext import sample_values
 
 #: Bounds on what one run may ask for.
 MAX_STEPS = 32
@@ -204,14 +205,11 @@ def parse_engine_gauges(text: str) -> EngineGauges:
 
     Waiting and running are summed over their series (one per engine when data parallel > 1),
     KV cache use is averaged, as the prometheus-adapter rules in docs/autoscaling.md do. A gauge
-    that is absent is None. Malformed text raises ValueError (from the Prometheus parser).
+    that is absent is None. Malformed text raises ValueError (from ``ascend_runtime.promtext``, the
+    runtime's one Prometheus text reader).
     """
 
-    sums: dict[str, list[float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name in (WAITING, RUNNING, *KV_USAGE_NAMES):
-            sums.setdefault(family.name, []).extend(
-                sample.value for sample in family.samples if sample.name == family.name)
+    sums = sample_values(text, (WAITING, RUNNING, *KV_USAGE_NAMES))
     kv_values = next((sums[name] for name in KV_USAGE_NAMES if sums.get(name)), [])
     return EngineGauges(
         waiting=sum(sums[WAITING]) if sums.get(WAITING) else None,

@@ -646,6 +646,14 @@ class WarmupSpec(_Spec):
         le=86400,
         description=f"Warmup longer than this is a failed start. Default: {_WARMUP_DEFAULTS.timeout_s}.",
     )
+    chat: bool | None = Field(
+        None,
+        description=(
+            "Also warm the chat template path (once per concurrency level). A model without a chat "
+            "template gets its chat waves skipped with a warning in status.warmup.warnings; false skips "
+            f"them from the start. Default: {str(_WARMUP_DEFAULTS.chat).lower()}."
+        ),
+    )
 
 
 _LEAK_DEFAULTS = LeakLimits()
@@ -1492,11 +1500,24 @@ class GraphStatus(_Status):
         default_factory=list, max_length=1024, description="Per-pod runtime reports."
     )
     remembered_mode: GraphMode | None = Field(
-        None, description="A mode seen working; new pods start there while rememberedFor matches."
+        None,
+        description=(
+            "A mode a pod fell back to after a deterministic graph capture or replay failure; new pods "
+            "start there while rememberedFor and the engine versions match."
+        ),
     )
     remembered_for: str | None = Field(
         None,
-        description="Short hash of image, model source, revision and parallelism the mode was seen with.",
+        description=(
+            "Short hash of image, model source, revision, parallelism and the "
+            "llm.ascend.dev/retry-graph-mode annotation the mode was seen with."
+        ),
+    )
+    remembered_reason: str | None = Field(
+        None, description="Why the mode is remembered: the pod and the failure that made it fall back."
+    )
+    remembered_versions: str | None = Field(
+        None, description="The engine versions the failure was seen with; other versions try the top again."
     )
     fallbacks: int = Field(0, ge=0, description="Fallbacks summed over the current pods.")
 
@@ -1508,6 +1529,10 @@ class WarmupStatus(_Status):
     failed: int = Field(0, ge=0, description="Pods whose warmup failed.")
     pending: int = Field(0, ge=0, description="Pods still warming up or not yet started.")
     last_seconds: float | None = Field(None, ge=0, description="Duration of the latest finished warmup.")
+    warnings: list[str] = Field(
+        default_factory=list, max_length=16,
+        description="What the pods' warmups skipped and why, one entry per distinct warning (e.g. no chat template).",
+    )
 
 
 class NodeBehind(_Status):

@@ -470,19 +470,50 @@ def _graph(replicas: list[_Replica], previous: Mapping[str, Any], remembered_for
     elif modes:
         graph["mode"] = "Mixed"
 
-    # Remember a mode only from pods that run the current spec and serve with it; when they
-    # disagree, the mode furthest down the ladder is the one known to work on all of them.
-    working = [r.state.mode for r in replicas
-               if r.updated and r.state is not None and r.state.mode is not None
-               and r.state.phase == RuntimePhase.READY]
-    previous_graph = previous.get("graph") or {}
-    if working:
-        graph["rememberedMode"] = max(working, key=_LADDER.index).value
-        graph["rememberedFor"] = remembered_for
-    elif previous_graph.get("rememberedMode") and previous_graph.get("rememberedFor") == remembered_for:
-        graph["rememberedMode"] = previous_graph["rememberedMode"]
-        graph["rememberedFor"] = remembered_for
+    graph.update(_remembered_mode(replicas, previous.get("graph") or {}, remembered_for))
     return graph
+
+
+def _engine_versions(state: RuntimeState) -> str | None:
+    versions = state.versions or {}
+    parts = [f"{name} {versions[key]}" for key, name in (("vllm", "vllm"), ("vllmAscend", "vllm-ascend"))
+             if versions.get(key)]
+    return ", ".join(parts) or None
+
+
+def _remembered_mode(replicas: list[_Replica], previous_graph: Mapping[str, Any], remembered_for: str
+                     ) -> dict[str, Any]:
+    """The mode new pods start in, and why; {} to start at the top of the ladder.
+
+    Only a deterministic failure is remembered: a pod of the current spec that serves after
+    falling back from a classified capture or replay failure (not an OOM, a crash or a hung
+    capture, which may not recur). When several did, the mode furthest down the ladder works on
+    all of them. A remembered mode is kept while the key matches (image, model, parallelism, the
+    retry annotation) and no current pod runs other engine versions than it was seen with.
+    """
+
+    evidence = [r for r in replicas
+                if r.updated and r.state is not None and r.state.mode is not None
+                and r.state.phase == RuntimePhase.READY and r.state.fallbacks > 0
+                and r.state.fallback_deterministic]
+    if evidence:
+        chosen = max(evidence, key=lambda r: _LADDER.index(r.state.mode))  # type: ignore[union-attr,arg-type]
+        state = chosen.state
+        assert state is not None and state.mode is not None
+        remembered = {"rememberedMode": state.mode.value, "rememberedFor": remembered_for,
+                      "rememberedReason": f"pod {chosen.name}: {state.fallback_reason or 'graph failure'}"}
+        versions = _engine_versions(state)
+        if versions:
+            remembered["rememberedVersions"] = versions
+        return remembered
+    if not previous_graph.get("rememberedMode") or previous_graph.get("rememberedFor") != remembered_for:
+        return {}
+    seen_with = previous_graph.get("rememberedVersions")
+    running = {_engine_versions(r.state) for r in replicas if r.updated and r.state is not None}
+    if seen_with and any(v is not None and v != seen_with for v in running):
+        return {}  # a new engine version: let new pods try the higher rungs again
+    return {key: previous_graph[key] for key in ("rememberedMode", "rememberedReason", "rememberedVersions")
+            if previous_graph.get(key)} | {"rememberedFor": remembered_for}
 
 
 def _warmup(replicas: list[_Replica]) -> dict[str, Any]:
@@ -499,6 +530,13 @@ def _warmup(replicas: list[_Replica]) -> dict[str, Any]:
     warmup: dict[str, Any] = dict(counts)
     if finished:
         warmup["lastSeconds"] = max(finished)[1]  # the newest pod's warmup
+    warnings: list[str] = []
+    for replica in replicas:
+        for warning in replica.state.warmup.warnings if replica.state is not None else ():
+            if warning not in warnings:
+                warnings.append(warning)
+    if warnings:
+        warmup["warnings"] = warnings[:16]
     return warmup
 
 

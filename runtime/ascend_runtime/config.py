@@ -129,6 +129,13 @@ class GraphConfig(_Model):
             "the runtime starts there instead of at the top of the ladder."
         ),
     )
+    capture_timeout_s: int | None = Field(
+        None, ge=5,
+        description=(
+            "Seconds a graph rung may take from the start of graph capture or compilation to a "
+            "healthy engine; past it the rung steps down. None: only runtime.readyTimeoutS applies."
+        ),
+    )
     #: Replay failures within ``replay_failure_window_s`` that demote the mode while serving.
     replay_failure_threshold: int = Field(2, ge=1, le=100)
     replay_failure_window_s: int = Field(600, ge=1)
@@ -209,6 +216,10 @@ class RestartPolicy(_Model):
     max_restarts: int = Field(5, ge=0, description="Engine crashes tolerated before the runtime exits.")
     backoff_initial_s: float = Field(2.0, gt=0)
     backoff_max_s: float = Field(120.0, gt=0)
+    reset_after_s: int = Field(
+        3600, ge=1,
+        description="An engine that served this long before it failed starts the restart count over.",
+    )
 
 
 class RuntimeOptions(_Model):
@@ -218,6 +229,20 @@ class RuntimeOptions(_Model):
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     preflight: bool = Field(True, description="Check devices and memory before launching.")
     min_free_device_mb: int = Field(1024, ge=0, description="Preflight: free device memory needed.")
+    device_free_wait_s: int = Field(
+        120, ge=0,
+        description=(
+            "Before a relaunch, wait at most this long for the pod's chips to pass the preflight "
+            "again (the stopped engine's memory freed); then launch anyway."
+        ),
+    )
+    state_dir: str | None = Field(
+        None,
+        description=(
+            "A directory that outlives the container but not the pod (an emptyDir): the ladder's "
+            "rung and its reason are kept there across container restarts. None: kept in memory."
+        ),
+    )
 
 
 class DistributedConfig(_Model):
@@ -378,6 +403,7 @@ class WarmupReport(_Model):
     seconds: float | None = None
     requests: int = 0
     reason: str | None = None
+    warnings: list[str] = Field(default_factory=list, description="What the warmup skipped, and why.")
 
 
 class RuntimeState(_Model):
@@ -398,11 +424,27 @@ class RuntimeState(_Model):
     ladder: list[GraphMode] = Field(default_factory=list)
     fallbacks: int = 0
     fallback_reason: str | None = None
+    fallback_kind: str | None = Field(
+        None, description="Cause of the last fallback: graph_capture_failure, graph_replay_failure, capture_timeout."
+    )
+    fallback_deterministic: bool = Field(
+        False,
+        description=(
+            "The last fallback came from a classified capture or replay failure, which the same image, "
+            "model and engine will meet again: the operator remembers the mode only then."
+        ),
+    )
+    resumed: str | None = Field(
+        None, description="Where the ladder resumed after a container restart in the same pod, and why."
+    )
     engine_restarts: int = 0
     engine_pid: int | None = Field(None, description="PID of the engine's API server (in the pod).")
     warmup: WarmupReport = Field(default_factory=WarmupReport)
     leak_suspected: bool = False
     hung: bool = False
+    unanswered: str | None = Field(
+        None, description="Why readiness is off while serving: the engine's /health gave no good answer."
+    )
     health: dict[str, Any] = Field(default_factory=dict, description="Leak and hang details.")
     versions: dict[str, str | None] = Field(default_factory=dict)
     image: str | None = None

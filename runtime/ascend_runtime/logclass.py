@@ -24,8 +24,19 @@ just enough context (per emitting process) to tell *why* an engine died:
   failure, e.g. an engine still loading. The supervisor reads it as "no verdict yet".
 
 Precedence when a log holds several failures: capture > replay > OOM > other. A capture frame
-therefore wins over OOM-looking text in the same dump (``EL0006 The resources are
-insufficient``, "Failed to apply for memory"), as the fixtures require.
+therefore wins over OOM-looking text that is not an allocation failure (``EL0006 The resources
+are insufficient``, "Failed to apply for memory"), as the fixtures require; but an exception
+that *is* a device allocation failure ("NPU out of memory. Tried to allocate") raised inside the
+capture frames is ``device_oom``: memory ran out during capture, which a relaunch of the same
+rung may not meet again, and eager would not necessarily avoid.
+
+CANN runtime lines count during a graph start-up (before the engine is ready, not in eager mode)
+even with no Python traceback around them: a stream creation or stream wait-event failure with a
+runtime error code (``rtStreamCreate``, ``aclrtStreamWaitEvent``, "stream wait event failed",
+"stream setup failed", ``retCode=0x7020023``, 207xxx / 507xxx), a capture signature with such a
+code ("rtStreamBeginCapture execute failed", "Alloc sq cq fail, ... retCode=..."), and a CANN
+error line (``[ERROR] RUNTIME(pid,...)``, ``EE9999:``) with a capture signature, are capture
+failures.
 
 Robustness: ANSI colours, docker-compose prefixes (``name  | ``), ``kubectl --prefix`` and
 ``--timestamps`` prefixes, ``(EngineCore_DP0 pid=..)`` process prefixes and the vLLM log header
@@ -300,6 +311,19 @@ _TRACEBACK_START = (
     "The above exception was the direct cause",
 )
 _QUIET_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN")
+#: A CANN log line at error level: ``[ERROR] RUNTIME(1234,python):...`` or an error code prefix
+#: (``EE9999:``, ``EL0009:``, ``EH9999:``).
+_CANN_ERROR = re.compile(r"^\s*(?:\[ERROR\]\s*[A-Z][A-Z_]*\(\d+|E[A-Z]\d{4}:)")
+#: Stream creation and stream wait-event calls of the CANN runtime (and the words for them).
+_STREAM_OP = re.compile(
+    r"rtStreamCreate|aclrtCreateStream|rtStreamWaitEvent|aclrtStreamWaitEvent|StreamWaitEvent|StreamCreate"
+    r"|(?i:create\s+(?:a\s+)?stream|stream\s+(?:create|creation|setup|wait[\s_-]*event))"
+)
+#: A runtime error code or failure word beside such a call.
+_RUNTIME_CODE = re.compile(
+    r"(?i)\b[1-5]07\d{3}\b|\bret(?:code)?\s*[=:]\s*-?(?:0x)?[0-9a-f]+|errcode\s*[=:]\s*\d+"
+    r"|error\s+code\s+(?:is\s+)?\d+|result\s*=\s*\d+|\bfail"
+)
 
 
 def _has(text: str, needles: Iterable[str]) -> bool:
@@ -417,6 +441,8 @@ class LineClassifier:
         if quiet:
             ctx.in_error = ctx.code_next = False
             return self._progress(msg)
+        if self._cann_capture_failure(msg):
+            return EventKind.CAPTURE_FAILURE
 
         if _has(msg, _TRACEBACK_START):
             ctx.in_error = True
@@ -462,6 +488,14 @@ class LineClassifier:
             return EventKind.LOADING
         return None
 
+    def _cann_capture_failure(self, msg: str) -> bool:
+        """A CANN runtime line that means graph capture failed (module docstring)."""
+        if self._ready or self._eager:
+            return False  # serving, or nothing is captured (a lone plog line is harmless then)
+        if (_STREAM_OP.search(msg) or _has(msg, _CAPTURE_SIGNS)) and _RUNTIME_CODE.search(msg):
+            return True
+        return bool(_CANN_ERROR.match(msg)) and _has(msg, _CAPTURE_SIGNS)
+
     @staticmethod
     def _remember_frames(msg: str, ctx: _Context) -> None:
         if _has(msg, _CAPTURE_FRAMES):
@@ -482,8 +516,12 @@ class LineClassifier:
         return None
 
     def _exception_kind(self, msg: str, ctx: _Context, norm: NormalizedLine) -> EventKind | None:
-        if ctx.capture or _has(msg, _CAPTURE_SIGNS):
+        if _has(msg, _CAPTURE_SIGNS):
             return EventKind.CAPTURE_FAILURE
+        if ctx.capture:
+            # Out of device memory while capturing is an OOM, not a capture problem (module docstring).
+            oom = _OOM_SIGNS.search(msg) and not _REPLAY_CODE.search(msg)
+            return EventKind.DEVICE_OOM if oom else EventKind.CAPTURE_FAILURE
         if ctx.replay or _has(msg, _REPLAY_SIGNS):
             return EventKind.REPLAY_FAILURE
         if _REPLAY_CODE.search(msg) and (self._graph or not self._eager):

@@ -21,6 +21,7 @@ from ascend_runtime import redact
 from ascend_runtime.config import DEFAULT_CONFIG_PATH, ConfigError, EngineConfig, GraphMode, load_config
 from ascend_runtime.distributed import plan_distributed, resolve_distributed
 from ascend_runtime.flags import graph_ladder
+from ascend_runtime.memory.devices import VisibleDevicesError, visible_devices
 from ascend_runtime.preflight import make_preflight
 from ascend_runtime.server import build_app, start_server
 from ascend_runtime.state import StateStore
@@ -48,11 +49,13 @@ def _load(args: argparse.Namespace) -> EngineConfig:
 class MonitorHooks(HealthHooks):
     """Connects the leak and hang detectors to the supervisor."""
 
-    def __init__(self, config: EngineConfig, platform: str, registry: CollectorRegistry) -> None:
+    def __init__(self, config: EngineConfig, platform: str, registry: CollectorRegistry,
+                 devices: frozenset[int] | None = None) -> None:
         from ascend_runtime.health.monitor import HealthMonitor
 
         self._config = config
         self._platform = platform
+        self._devices = devices
         self._monitor = HealthMonitor(config.health, [], registry)
 
     def start(self, engine_pid: int) -> None:
@@ -60,7 +63,7 @@ class MonitorHooks(HealthHooks):
 
         # A new engine (first launch, relaunch or fallback): new PIDs, and a new baseline later.
         self._monitor.reset()
-        self._monitor.set_sources(select_sources(self._platform, engine_pid))
+        self._monitor.set_sources(select_sources(self._platform, engine_pid, devices=self._devices))
 
     def mark_baseline(self) -> None:
         self._monitor.mark_baseline()
@@ -70,6 +73,9 @@ class MonitorHooks(HealthHooks):
 
     def observe_engine_metrics(self, text: str) -> None:
         self._monitor.observe_engine_metrics(text)
+
+    def observe_engine_answer(self, problem: str | None) -> None:
+        self._monitor.observe_engine_answer(problem)
 
     def verdict(self) -> tuple[bool, list[str], dict]:
         verdict = self._monitor.verdict()
@@ -93,17 +99,18 @@ def check_distributed(config: EngineConfig, versions: Versions, env: Mapping[str
     return None
 
 
-async def _serve(config: EngineConfig, versions: Versions) -> int:
+async def _serve(config: EngineConfig, versions: Versions, devices: frozenset[int] | None) -> int:
     store = StateStore()
     store.state.versions = {
         "platform": versions.platform, "vllm": versions.vllm, "vllmAscend": versions.vllm_ascend,
         "torch": versions.torch, "torchNpu": versions.torch_npu, "cann": versions.cann,
     }
     store.state.image = config.image
-    health = MonitorHooks(config, versions.platform, store.registry)
+    health = MonitorHooks(config, versions.platform, store.registry, devices)
     supervisor = Supervisor(
         config, versions, store, health=health,
-        preflight=make_preflight(versions.platform, config.runtime.min_free_device_mb),
+        preflight=make_preflight(versions.platform, config.runtime.min_free_device_mb, devices=devices),
+        reap_orphans=True,
     )
     supervisor.install_signal_handlers()
     app = build_app(store, supervisor.engine_metrics_text)
@@ -131,7 +138,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"ascend-llm run: {problem}", file=sys.stderr)
         return EXIT_CONFIG
-    code = asyncio.run(_serve(config, versions))
+    try:
+        devices = visible_devices(os.environ)
+    except VisibleDevicesError as error:
+        print(f"ascend-llm run: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    if devices is not None:
+        log.info("this pod's NPUs (physical device ids): %s", ", ".join(map(str, sorted(devices))))
+    code = asyncio.run(_serve(config, versions, devices))
     log.info("exiting with code %d", code)
     return code
 

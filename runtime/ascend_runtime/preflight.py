@@ -1,11 +1,13 @@
-"""Preflight: are the devices there, free of leftover processes, with enough free memory?
+"""Preflight: are the pod's devices there, free of leftover processes, with enough free memory?
 
 Run before every first launch. A failed check is a *waiting* state with the reason (the pod
 shows WaitingForNPU), retried until ``runtime.readyTimeoutS``: a previous container's engine
 that still holds HBM usually goes away by itself within seconds to minutes.
 
 :func:`assess_npu_report` is pure and tested on the real ``npu-smi info`` samples; the
-check functions run the tools.
+check functions run the tools. Only the pod's chips count (``devices``, from
+``ASCEND_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES``): on a node shared by several pods,
+``npu-smi`` lists the neighbours' chips and processes too, and they are no leftovers of this pod.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def assess_npu_report(report: dict[str, Any], min_free_mb: int) -> tuple[bool, s
 
 
 def make_preflight(platform: str, min_free_mb: int,
-                   which: Callable[[str], str | None] = shutil.which) -> Callable[[], Any]:
-    """The async check the supervisor calls, for the detected platform."""
+                   which: Callable[[str], str | None] = shutil.which,
+                   devices: frozenset[int] | None = None) -> Callable[[], Any]:
+    """The async check the supervisor calls, for the detected platform and the pod's devices."""
 
     async def ascend() -> tuple[bool, str | None]:
         tool = which("npu-smi")
@@ -70,10 +73,15 @@ def make_preflight(platform: str, min_free_mb: int,
             await process.wait()
             return False, f"npu-smi info did not answer within {NPU_SMI_TIMEOUT_S:.0f} s"
         try:
-            report = parse_npu_smi(out.decode("utf-8", errors="replace")).to_json()
+            parsed = parse_npu_smi(out.decode("utf-8", errors="replace"))
         except NpuSmiParseError as error:
             return False, f"npu-smi info output not understood: {error}"
-        return assess_npu_report(report, min_free_mb)
+        own = parsed.restricted_to(devices)
+        if devices is not None and not own.chips:
+            return False, (f"npu-smi lists none of this pod's devices {sorted(devices)} (from "
+                           f"ASCEND_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES); it shows device ids "
+                           f"{sorted(set(parsed.device_ids().values()))}")
+        return assess_npu_report(own.to_json(), min_free_mb)
 
     async def host() -> tuple[bool, str | None]:
         available_mb = psutil.virtual_memory().available // (1024 * 1024)

@@ -2,7 +2,8 @@
 
 - ``GET /startup``: 200 once the engine has been up and warm at least once (kubelet stops
   asking after the first success), 503 before.
-- ``GET /ready``: 200 while the engine is warm and not draining, 503 otherwise.
+- ``GET /ready``: 200 while the engine is warm, answers its ``/health`` and is not draining (or
+  being stopped), 503 otherwise.
 - ``GET /live``: 200 while the engine is alive and making progress and memory is not leaking
   past its limits; 503 with the reasons otherwise, so kubelet restarts the container.
 - ``GET /state``: the :class:`~ascend_runtime.config.RuntimeState` as JSON (camelCase).
@@ -32,7 +33,8 @@ def build_app(store: StateStore, engine_metrics: Callable[[], Awaitable[str | No
                                   "message": store.state.message}, status=503)
 
     async def ready(_: web.Request) -> web.Response:
-        body = {"ready": store.state.ready, "phase": store.state.phase.value, "message": store.state.message}
+        body = {"ready": store.state.ready, "phase": store.state.phase.value, "message": store.state.message,
+                "unanswered": store.state.unanswered}
         return web.json_response(body, status=200 if store.state.ready else 503)
 
     async def live(_: web.Request) -> web.Response:

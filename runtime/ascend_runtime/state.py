@@ -65,10 +65,26 @@ class StateStore:
             log.info("phase %s -> %s%s", self.state.phase.value, phase.value, f": {message}" if message else "")
         self.state.phase = phase
         self.state.message = message
-        self.state.ready = phase in (RuntimePhase.READY, RuntimePhase.DEGRADED) and not self.draining
+        if phase not in (RuntimePhase.READY, RuntimePhase.DEGRADED):
+            self.state.unanswered = None  # it was about the engine that served
+        self._update_ready()
+
+    def _update_ready(self) -> None:
+        serving = self.state.phase in (RuntimePhase.READY, RuntimePhase.DEGRADED)
+        self.state.ready = serving and not self.draining and self.state.unanswered is None
         if self.state.ready:
             self.started_once = True
         self.metrics.ready.set(1 if self.state.ready else 0)
+
+    def set_unanswered(self, problem: str | None) -> None:
+        """The serving engine's /health failed (``problem``) or answered again (None): readiness."""
+
+        if problem is not None and self.state.unanswered is None:
+            log.warning("engine /health failed (%s): readiness off until it answers", problem)
+        elif problem is None and self.state.unanswered is not None:
+            log.info("engine /health answers again: readiness back")
+        self.state.unanswered = problem
+        self._update_ready()
 
     def set_mode(self, mode: GraphMode, rung: int, ladder: list[GraphMode]) -> None:
         if self.state.mode is not None:
@@ -81,9 +97,12 @@ class StateStore:
         if self.state.requested_mode is None and ladder:
             self.state.requested_mode = ladder[0]
 
-    def record_fallback(self, from_mode: GraphMode, to_mode: GraphMode, reason: str, kind: str) -> None:
+    def record_fallback(self, from_mode: GraphMode, to_mode: GraphMode, reason: str, kind: str,
+                        deterministic: bool) -> None:
         self.state.fallbacks += 1
         self.state.fallback_reason = f"{from_mode.value} -> {to_mode.value}: {reason}"
+        self.state.fallback_kind = kind
+        self.state.fallback_deterministic = deterministic
         self.metrics.fallbacks.labels(from_mode.value, to_mode.value, kind).inc()
 
     def record_restart(self, reason: str) -> None:

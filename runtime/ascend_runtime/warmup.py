@@ -6,12 +6,17 @@ plan covers every configured prompt length at every configured concurrency level
 to what the engine accepts), as completions with exact token-id prompts (exact shapes,
 whatever the tokenizer) and, when enabled, once per concurrency level through the chat
 template. Every request must succeed; one that fails makes the warmup, and the start, fail.
+One exception: a model without a chat template (a base model) answers chat requests with HTTP
+400 naming the missing template. That is the model, not the engine: the remaining chat waves are
+skipped and the warmup succeeds with a warning saying so (``warmup.chat: false`` skips them from
+the start).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,6 +28,10 @@ from ascend_runtime.config import WarmupConfig
 #: Token ids used to build prompts: ordinary tokens in any real vocabulary (ids below ~100
 #: are often special or control tokens), cycled to the wanted length.
 PROMPT_TOKEN_RANGE = range(100, 1000)
+#: How vLLM (through transformers) refuses a chat request for a model without a chat template:
+#: "... you must provide a chat template if the tokenizer does not define one", "Cannot use chat
+#: template functions because tokenizer.chat_template is not set ...".
+_NO_TEMPLATE = re.compile(r"chat[ _]template", re.IGNORECASE)
 #: Tokens kept free between a prompt and the model length, besides the generated ones.
 LENGTH_MARGIN = 8
 
@@ -41,6 +50,7 @@ class WarmupResult:
     requests: int
     reason: str | None = None
     steps: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def plan_warmup(config: WarmupConfig, max_model_len: int | None, max_num_seqs: int | None) -> list[list[WarmupRequest]]:
@@ -83,6 +93,8 @@ async def _send(session: aiohttp.ClientSession, base: str, model: str, request: 
     body["temperature"] = 0.0
     async with session.post(url, json=body) as response:
         text = await response.text()
+        if response.status == 400 and request.kind == "chat" and _NO_TEMPLATE.search(text):
+            raise NoChatTemplate(f"the model has no chat template (chat request got HTTP 400: {text[:200]})")
         if response.status != 200:
             raise WarmupError(f"{request.kind} request ({request.prompt_tokens} tokens, concurrency "
                               f"{request.concurrency}) got HTTP {response.status}: {text[:300]}")
@@ -100,6 +112,10 @@ def api_key_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+class NoChatTemplate(WarmupError):
+    """The engine refused a chat request because the model defines no chat template."""
+
+
 async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_len: int | None,
                      max_num_seqs: int | None) -> WarmupResult:
     """Send the plan to the engine at ``base_url``; never raises for engine errors."""
@@ -108,25 +124,38 @@ async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_
     waves = plan_warmup(config, max_model_len, max_num_seqs)
     sent = 0
     steps: list[dict] = []
+    warnings: list[str] = []
     timeout = aiohttp.ClientTimeout(total=config.timeout_s)
     try:
         async with aiohttp.ClientSession(timeout=timeout, headers=api_key_headers()) as session:
             async with asyncio.timeout(config.timeout_s):
                 for wave in waves:
+                    if wave[0].kind == "chat" and warnings:
+                        continue  # no chat template: the other chat waves would fail alike
                     wave_start = time.monotonic()
-                    await asyncio.gather(*(
+                    outcomes = await asyncio.gather(*(
                         _send(session, base_url, model, request, config.max_tokens, sent + i)
                         for i, request in enumerate(wave)
-                    ))
+                    ), return_exceptions=True)
                     sent += len(wave)
+                    failures = [error for error in outcomes if isinstance(error, BaseException)]
+                    if failures and all(isinstance(error, NoChatTemplate) for error in failures):
+                        warnings.append(f"chat warmup skipped: {failures[0]} (set warmup.chat: false to "
+                                        "skip it without trying)")
+                        continue
+                    for error in failures:
+                        if not isinstance(error, NoChatTemplate):
+                            raise error
                     steps.append({"kind": wave[0].kind, "promptTokens": wave[0].prompt_tokens,
                                   "concurrency": wave[0].concurrency,
                                   "seconds": round(time.monotonic() - wave_start, 3)})
     except WarmupError as error:
-        return WarmupResult(False, time.monotonic() - started, sent, str(error), steps)
+        return WarmupResult(False, time.monotonic() - started, sent, str(error), steps, warnings)
     except (TimeoutError, asyncio.TimeoutError):
         return WarmupResult(False, time.monotonic() - started, sent,
-                            f"warmup did not finish within {config.timeout_s} s (warmup.timeoutSeconds)", steps)
+                            f"warmup did not finish within {config.timeout_s} s (warmup.timeoutSeconds)", steps,
+                            warnings)
     except aiohttp.ClientError as error:
-        return WarmupResult(False, time.monotonic() - started, sent, f"engine connection failed: {error}", steps)
-    return WarmupResult(True, time.monotonic() - started, sent, None, steps)
+        return WarmupResult(False, time.monotonic() - started, sent, f"engine connection failed: {error}", steps,
+                            warnings)
+    return WarmupResult(True, time.monotonic() - started, sent, None, steps, warnings)

@@ -14,6 +14,9 @@ misbehaves on request through environment variables:
   replay-failure traceback (``FAKE_ENGINE_REPLAY_LOG``) and exit 1.
 - ``FAKE_ENGINE_CRASH_ONCE_AFTER_S``: exit 1 once, this long after start (a marker file in
   ``FAKE_ENGINE_STATE_DIR`` keeps it to once).
+- ``FAKE_ENGINE_CRASH_AFTER_S``: exit 1 this long after the server is up, at every launch.
+- ``FAKE_ENGINE_NO_CHAT_TEMPLATE``: a base model: chat requests get vLLM's HTTP 400 for a
+  tokenizer without a chat template.
 - ``FAKE_ENGINE_FAIL_REQUESTS``: answer completions with HTTP 500 (warmup must fail).
 - ``FAKE_ENGINE_REQUEST_S``: seconds each completion takes (for drain tests).
 - ``FAKE_ENGINE_RSS_MB_PER_S``: grow resident memory at this rate (leak tests).
@@ -27,9 +30,23 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_CAPTURE_FAIL_EXIT``: after printing the capture failure, exit 1 (as vLLM does
   once its workers are gone) instead of lingering.
 - ``FAKE_ENGINE_OOM_LOG``: print this log (a real device OOM) and exit 1, once (marker file).
+- ``FAKE_ENGINE_CAPTURE_OOM_LOG``: in a graph mode, print this log (memory running out inside
+  capture) and exit 1, once (marker file): the relaunch of the same rung succeeds.
+- ``FAKE_ENGINE_CAPTURE_HANG``: in a graph mode (``FAKE_ENGINE_CAPTURE_FAIL_MODES`` applies too),
+  print vLLM's capture progress line and never finish: no HTTP server, no exit.
+- ``FAKE_ENGINE_FREEZE_AFTER_S``: this long after the server is up, stop its own process
+  (SIGSTOP): alive, but nothing answers, as a wedged API server.
+- ``FAKE_ENGINE_ERRORS_AFTER_S``: this long after the server is up, answer every request
+  (``/health`` too) with HTTP 500.
+- ``FAKE_ENGINE_FAILURE_LINGER_S``: a replay failure (``FAKE_ENGINE_REPLAY_FAIL_AFTER``) or the
+  injected crash (``FAKE_ENGINE_CRASH_ONCE_AFTER_S``, then printed as vLLM's fatal line) does not
+  exit at once: ``/health`` keeps answering 200 for this long, then the process exits 1, as vLLM's
+  API server outlives a dead engine core by a few seconds.
+- ``FAKE_ENGINE_IGNORE_SIGTERM``: ignore SIGTERM (a stop then takes its whole grace period).
 - ``FAKE_ENGINE_SPAWN_CHILD``: start a child that inherits stdout and outlives this process,
   as vLLM's engine core does when the API server dies; its pid is appended to
-  ``FAKE_ENGINE_STATE_DIR``/children.
+  ``FAKE_ENGINE_STATE_DIR``/children. ``detached``: the child runs in its own session, so
+  stopping the engine's process group does not reach it.
 
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
@@ -74,11 +91,18 @@ class FakeEngine:
         self.replay_after = env_float("FAKE_ENGINE_REPLAY_FAIL_AFTER")
         self.request_s = env_float("FAKE_ENGINE_REQUEST_S") or 0.0
         self.ballast: list[bytes] = []
+        self.up_at: float | None = None  # when the HTTP server started listening
 
     def ready(self) -> bool:
         return time.monotonic() - self.started >= self.startup_s
 
+    def erroring(self) -> bool:
+        after = env_float("FAKE_ENGINE_ERRORS_AFTER_S")
+        return after is not None and self.up_at is not None and time.monotonic() - self.up_at >= after
+
     async def health(self, _: web.Request) -> web.Response:
+        if self.erroring():
+            return web.Response(status=500, text="injected error")
         return web.Response(status=200 if self.ready() and not self.draining else 503)
 
     async def models(self, _: web.Request) -> web.Response:
@@ -87,9 +111,14 @@ class FakeEngine:
     async def complete(self, request: web.Request) -> web.Response:
         if self.draining:
             return web.json_response({"error": "server shutting down"}, status=503)
-        if os.environ.get("FAKE_ENGINE_FAIL_REQUESTS"):
+        if os.environ.get("FAKE_ENGINE_FAIL_REQUESTS") or self.erroring():
             return web.json_response({"error": "injected failure"}, status=500)
         body = await request.json()
+        if "messages" in body and os.environ.get("FAKE_ENGINE_NO_CHAT_TEMPLATE"):
+            message = ("As of transformers v4.44, default chat template is no longer allowed, so you must "
+                       "provide a chat template if the tokenizer does not define one.")
+            return web.json_response({"object": "error", "message": message, "type": "BadRequestError",
+                                      "param": None, "code": 400}, status=400)
         self.running += 1
         try:
             self.completions += 1
@@ -97,7 +126,8 @@ class FakeEngine:
                 await asyncio.sleep(3600)
             if self.graph and self.replay_after is not None and self.completions > self.replay_after:
                 print_log(os.environ["FAKE_ENGINE_REPLAY_LOG"])
-                os._exit(1)
+                exit_after_linger()
+                return web.json_response({"error": "engine dead"}, status=500)
             await asyncio.sleep(self.request_s)
             produced = int(body.get("max_tokens") or 4)
             self.tokens += produced
@@ -109,6 +139,8 @@ class FakeEngine:
         return web.json_response({"object": "completion", "choices": [choice]})
 
     async def metrics(self, _: web.Request) -> web.Response:
+        if self.erroring():
+            return web.Response(status=500, text="injected error")
         labels = '{engine="0",model_name="fake"}'
         text = (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
@@ -138,6 +170,15 @@ async def grow_rss(engine: FakeEngine, rate_mb_s: float) -> None:
         await asyncio.sleep(0.1)
 
 
+def exit_after_linger() -> None:
+    """Exit 1 now, or after ``FAKE_ENGINE_FAILURE_LINGER_S`` while the server keeps answering."""
+
+    linger = env_float("FAKE_ENGINE_FAILURE_LINGER_S")
+    if not linger:
+        os._exit(1)
+    asyncio.get_running_loop().call_later(linger, os._exit, 1)
+
+
 def schedule_crash_once(tasks: list[asyncio.Task]) -> None:
     crash_after = env_float("FAKE_ENGINE_CRASH_ONCE_AFTER_S")
     marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "crashed-once"
@@ -145,8 +186,12 @@ def schedule_crash_once(tasks: list[asyncio.Task]) -> None:
         async def crash() -> None:
             await asyncio.sleep(crash_after)
             marker.write_text("1")
-            print("ERROR fake engine: injected crash", flush=True)
-            os._exit(1)
+            if env_float("FAKE_ENGINE_FAILURE_LINGER_S"):
+                # vLLM's words when the engine core died (the API server exits a few seconds later).
+                print("ERROR 11-10 12:30:57 [core.py:710] EngineCore encountered a fatal error.", flush=True)
+            else:
+                print("ERROR fake engine: injected crash", flush=True)
+            exit_after_linger()
         tasks.append(asyncio.create_task(crash()))
 
 
@@ -164,8 +209,8 @@ def graph_mode(argv: list[str]) -> str:
     return "PIECEWISE"
 
 
-def capture_fails(argv: list[str]) -> bool:
-    if not os.environ.get("FAKE_ENGINE_CAPTURE_FAIL"):
+def capture_fails(argv: list[str], variable: str = "FAKE_ENGINE_CAPTURE_FAIL") -> bool:
+    if not os.environ.get(variable):
         return False
     mode = graph_mode(argv)
     if mode == "EAGER":
@@ -230,7 +275,8 @@ async def main() -> None:
     if os.environ.get("FAKE_ENGINE_SPAWN_CHILD"):
         import subprocess
 
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        detached = os.environ["FAKE_ENGINE_SPAWN_CHILD"] == "detached"  # its own session: no group kill reaches it
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=detached)
         state_dir = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", "."))
         with open(state_dir / "children", "a", encoding="utf-8") as handle:
             handle.write(f"{child.pid}\n")
@@ -238,6 +284,16 @@ async def main() -> None:
     print(f"INFO fake engine: model={args.model} graph={engine.graph} mode={graph_mode(argv)}", flush=True)
     if capture_fails(argv):
         await fail_capture()
+    if capture_fails(argv, "FAKE_ENGINE_CAPTURE_HANG"):
+        print(f"INFO 01-09 16:59:20 [model_runner_v1.py:2979] Capturing CUDA graphs (mixed prefill-decode, "
+              f"{graph_mode(argv)}): 0%|          | 0/67", flush=True)
+        await asyncio.sleep(3600)
+    capture_oom_marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "capture-oom-once"
+    if capture_fails(argv, "FAKE_ENGINE_CAPTURE_OOM_LOG") and not capture_oom_marker.exists():
+        capture_oom_marker.write_text("1")
+        await asyncio.sleep(0.3)
+        print_log(os.environ["FAKE_ENGINE_CAPTURE_OOM_LOG"])
+        os._exit(1)
     oom_marker = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "oom-once"
     if os.environ.get("FAKE_ENGINE_OOM_LOG") and not oom_marker.exists():
         oom_marker.write_text("1")
@@ -255,13 +311,21 @@ async def main() -> None:
     await runner.setup()
     await web.TCPSite(runner, args.host, args.port).start()
 
+    engine.up_at = time.monotonic()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if os.environ.get("FAKE_ENGINE_IGNORE_SIGTERM"):
+        loop.add_signal_handler(signal.SIGTERM, lambda: print("INFO fake engine: SIGTERM ignored", flush=True))
+    else:
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
     tasks = []
+    if (freeze := env_float("FAKE_ENGINE_FREEZE_AFTER_S")) is not None:
+        loop.call_later(freeze, os.kill, os.getpid(), signal.SIGSTOP)
     if rate := env_float("FAKE_ENGINE_RSS_MB_PER_S"):
         tasks.append(asyncio.create_task(grow_rss(engine, rate)))
     schedule_crash_once(tasks)
+    if (crash_after := env_float("FAKE_ENGINE_CRASH_AFTER_S")) is not None:
+        loop.call_later(crash_after, os._exit, 1)
     print("INFO:     Application startup complete.", flush=True)
     await stop.wait()
     engine.draining = True

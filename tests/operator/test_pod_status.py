@@ -68,7 +68,7 @@ async def created(emulator: RealisticEmulator, spec: dict[str, Any] = ASCEND_SPE
     await wait_for(lambda: status(emulator).get("phase") == "Pending", what="phase Pending")
 
 
-async def test_ready_pods_make_the_resource_ready_and_remember_the_mode(emulator, operator) -> None:
+async def test_ready_pods_make_the_resource_ready(emulator, operator) -> None:
     await created(emulator)
     add_pod(emulator, 0, state(RuntimePhase.READY, warmup=WarmupReport(outcome="succeeded", seconds=3.5, requests=9)))
     add_pod(emulator, 1, state(RuntimePhase.WARMING_UP, warmup=WarmupReport(outcome="running")), ready=False)
@@ -84,7 +84,7 @@ async def test_ready_pods_make_the_resource_ready_and_remember_the_mode(emulator
     assert (current["replicas"], current["readyReplicas"], current["updatedReplicas"]) == (2, 2, 2)
     assert current["graph"]["mode"] == "FULL_AND_PIECEWISE"
     assert [r["pod"] for r in current["graph"]["replicas"]] == ["qwen-0", "qwen-1"]
-    assert current["graph"]["rememberedMode"] == "FULL_AND_PIECEWISE"
+    assert "rememberedMode" not in current["graph"]  # no fallback: nothing to remember
     assert current["warmup"] == {"succeeded": 1, "failed": 0, "pending": 1, "lastSeconds": 3.5}
     assert condition(emulator, "Ready")["status"] == "True"
     assert condition(emulator, "Progressing")["reason"] == "RolloutComplete"
@@ -97,13 +97,14 @@ async def test_a_fallback_sets_the_condition_once_and_is_remembered(emulator, op
     await created(emulator, {**ASCEND_SPEC, "replicas": 1})
     reason = "graph capture failed: aclgraph capture out of memory"
     add_pod(emulator, 0, state(RuntimePhase.READY, mode=GraphMode.PIECEWISE, rung=3, fallbacks=1,
-                               fallback_reason=reason))
+                               fallback_reason=reason, fallback_deterministic=True))
 
     fallback = await wait_for(lambda: condition(emulator, "GraphModeFallback").get("status") == "True"
                               and condition(emulator, "GraphModeFallback"), what="GraphModeFallback")
     assert fallback["reason"] == "FellBack"
     assert fallback["message"] == f"qwen-0 runs PIECEWISE instead of FULL_AND_PIECEWISE: {reason}"
     assert status(emulator)["graph"]["rememberedMode"] == "PIECEWISE"
+    assert status(emulator)["graph"]["rememberedReason"] == f"pod qwen-0: {reason}"
     assert status(emulator)["graph"]["fallbacks"] == 1
     # New pods start at the remembered mode: the engine config carries it.
     await wait_for(lambda: "startMode: PIECEWISE" in emulator.get(*CONFIGMAPS, NAMESPACE, "qwen-config")["data"][
@@ -114,7 +115,8 @@ async def test_a_fallback_sets_the_condition_once_and_is_remembered(emulator, op
 
 async def test_an_image_change_drops_the_remembered_mode(emulator, operator) -> None:
     await created(emulator, {**ASCEND_SPEC, "replicas": 1})
-    add_pod(emulator, 0, state(RuntimePhase.READY, mode=GraphMode.PIECEWISE, rung=3))
+    add_pod(emulator, 0, state(RuntimePhase.READY, mode=GraphMode.PIECEWISE, rung=3, fallbacks=1,
+                               fallback_reason="capture failed", fallback_deterministic=True))
     await wait_for(lambda: status(emulator).get("graph", {}).get("rememberedMode") == "PIECEWISE",
                    what="the remembered mode")
     remembered_for = status(emulator)["graph"]["rememberedFor"]

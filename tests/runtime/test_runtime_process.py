@@ -13,6 +13,7 @@ tests/engine/.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import signal
 import subprocess
@@ -122,6 +123,24 @@ def test_crash_is_relaunched_with_backoff_and_counted(runtime_factory):
     assert 'ascend_llm_engine_restarts_total{reason="crash"} 1.0' in metrics
 
 
+def test_sparse_crashes_after_healthy_runs_never_use_up_the_restart_budget(runtime_factory):
+    # maxRestarts 1: a second crash would end the container, unless the engine served
+    # resetAfterS (1 s) before each crash, which starts the count over.
+    runtime = runtime_factory({"warmup": {"enabled": False},
+                               "runtime": {"restart": {"maxRestarts": 1, "resetAfterS": 1}}},
+                              {"FAKE_ENGINE_CRASH_AFTER_S": "2.5"})
+    state = runtime.wait_for(lambda s: s["engineRestarts"] >= 3, 60, "three crashes")
+    assert runtime.process.poll() is None and state["phase"] != "Failed"
+
+
+def test_without_a_healthy_run_the_restart_budget_runs_out(runtime_factory):
+    runtime = runtime_factory({"warmup": {"enabled": False},
+                               "runtime": {"restart": {"maxRestarts": 1, "resetAfterS": 60}}},
+                              {"FAKE_ENGINE_CRASH_AFTER_S": "2.5"})
+    assert runtime.process.wait(timeout=60) == 4  # EXIT_CRASHED after the second crash
+    assert len(runtime.launches()) == 2
+
+
 def test_failed_warmup_is_a_failed_start_with_reason_and_exit_code(runtime_factory):
     runtime = runtime_factory({"runtime": {"restart": {"maxRestarts": 1}}}, {"FAKE_ENGINE_FAIL_REQUESTS": "1"})
     code = runtime.process.wait(timeout=60)
@@ -130,6 +149,21 @@ def test_failed_warmup_is_a_failed_start_with_reason_and_exit_code(runtime_facto
     assert "warmup failed" in log
     assert "HTTP 500" in log
     assert len(runtime.launches()) == 2
+
+
+def test_a_model_without_a_chat_template_becomes_ready_with_a_warning(runtime_factory):
+    runtime = runtime_factory({}, {"FAKE_ENGINE_NO_CHAT_TEMPLATE": "1"})
+    state = runtime.wait_for(is_ready, 60, "Ready without the chat waves")
+    assert state["engineRestarts"] == 0 and len(runtime.launches()) == 1
+    assert state["warmup"]["outcome"] == "succeeded"
+    assert [w.split(":")[0] for w in state["warmup"]["warnings"]] == ["chat warmup skipped"]
+
+
+def test_chat_warmup_can_be_turned_off(runtime_factory):
+    runtime = runtime_factory({"warmup": {"chat": False}}, {"FAKE_ENGINE_NO_CHAT_TEMPLATE": "1"})
+    state = runtime.wait_for(is_ready, 60, "Ready")
+    assert state["warmup"]["warnings"] == []
+    assert state["warmup"]["requests"] == 1 * 2 + 2 * 2  # completions only: 2 lengths x (1 + 2)
 
 
 def test_probes_before_ready_and_after(runtime_factory):
@@ -207,3 +241,32 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "warmup.concurrency" in result.stderr
+
+
+def test_the_runtime_adopts_the_engines_orphans_and_leaves_no_zombie(runtime_factory):
+    # The engine's child outlives it in a session of its own (no group kill reaches it), as
+    # vLLM's engine core can outlive a dead API server. It re-parents to the runtime, the
+    # subreaper of its tree (as PID 1 of a container would be), which waits for it once it dies.
+    runtime = runtime_factory({"warmup": {"enabled": False}},
+                              {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "1.5", "FAKE_ENGINE_SPAWN_CHILD": "detached"})
+    try:
+        runtime.wait_for(lambda s: s["engineRestarts"] == 1 and is_ready(s), 30, "Ready after the crash")
+        orphan = psutil.Process(int((runtime.workdir / "children").read_text().split()[0]))
+        assert orphan.ppid() == runtime.process.pid
+        orphan.kill()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                status = orphan.status()
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError(f"the engine's orphan {orphan.pid} is still there ({status})")
+        zombies = [c.pid for c in psutil.Process(runtime.process.pid).children()
+                   if c.status() == psutil.STATUS_ZOMBIE]
+        assert zombies == []
+    finally:  # every launch left one such child; none may outlive the test
+        for pid in map(int, (runtime.workdir / "children").read_text().split()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -20,6 +20,7 @@ import yaml
 from ascend_operator.api import AscendLLMDeploymentSpec, parse_spec
 from ascend_operator.builders import (
     CONFIG_HASH_ANNOTATION,
+    RETRY_GRAPH_ANNOTATION,
     SPEC_HASH_ANNOTATION,
     BuildMeta,
     Children,
@@ -145,7 +146,7 @@ def test_cpu_platform_has_no_npu_wiring_even_with_driver_mounts() -> None:
     engine = container(children)
     assert "resources" not in engine
     assert [e["name"] for e in engine["env"]] == ["HF_HOME"]
-    assert [v["name"] for v in pod(children)["volumes"]] == ["engine-config", "dshm", "model-cache"]
+    assert [v["name"] for v in pod(children)["volumes"]] == ["engine-config", "dshm", "runtime-state", "model-cache"]
     config = children.engine_config
     assert config.ascend.chip is None and config.engine.dtype == "float32"
     assert config.engine.env == {"VLLM_CPU_KVCACHE_SPACE": "1"} and config.runtime.preflight is False
@@ -170,14 +171,14 @@ def test_driver_host_mounts_when_the_cluster_has_no_ascend_docker_runtime() -> N
     children = render(
         {"model": {"pvc": {"claimName": "models", "subPath": "qwen", "readOnly": False}}}, settings=settings
     )
-    assert pod(children)["volumes"][2:] == [
+    assert pod(children)["volumes"][3:] == [
         {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": False}},
         {"name": "ascend-driver", "hostPath": {"path": "/usr/local/Ascend/driver", "type": "Directory"}},
         {"name": "ascend-dcmi", "hostPath": {"path": "/usr/local/dcmi", "type": "Directory"}},
         {"name": "npu-smi", "hostPath": {"path": "/usr/local/bin/npu-smi", "type": "File"}},
         {"name": "ascend-install-info", "hostPath": {"path": "/etc/ascend_install.info", "type": "File"}},
     ]
-    assert container(children)["volumeMounts"][2:] == [
+    assert container(children)["volumeMounts"][3:] == [
         {"name": "model", "mountPath": "/mnt/model", "readOnly": False, "subPath": "qwen"},
         {"name": "ascend-driver", "mountPath": "/usr/local/Ascend/driver", "readOnly": True},
         {"name": "ascend-dcmi", "mountPath": "/usr/local/dcmi", "readOnly": True},
@@ -264,6 +265,24 @@ def test_remembered_mode_is_used_only_while_its_key_matches() -> None:
     assert render(spec).engine_config.graph.start_mode is None
 
 
+def test_the_retry_annotation_lets_new_pods_try_the_top_of_the_ladder_again() -> None:
+    spec = {"model": HF}
+    image = DEFAULTS.runtime_image(parse_spec(spec).npu.chip)
+    remembered = Observed(remembered_mode=GraphMode.EAGER, remembered_for=remembered_mode_key(parse_spec(spec), image))
+
+    def start_mode(annotations: dict[str, str]) -> GraphMode | None:
+        meta = BuildMeta("demo", "llm", annotations=annotations)
+        return build_children(meta, parse_spec(spec), DEFAULTS, remembered).engine_config.graph.start_mode
+
+    assert start_mode({}) is GraphMode.EAGER
+    assert start_mode({"unrelated.io/x": "1"}) is GraphMode.EAGER
+    assert start_mode({RETRY_GRAPH_ANNOTATION: "2026-12-01"}) is None  # a new key: the remembered mode is dropped
+    retried_key = remembered_mode_key(parse_spec(spec), image, "2026-12-01")
+    again = Observed(remembered_mode=GraphMode.EAGER, remembered_for=retried_key)  # remembered anew under it
+    meta = BuildMeta("demo", "llm", annotations={RETRY_GRAPH_ANNOTATION: "2026-12-01"})
+    assert build_children(meta, parse_spec(spec), DEFAULTS, again).engine_config.graph.start_mode is GraphMode.EAGER
+
+
 # --- start-up budget, probes, rollout ---------------------------------------------------------
 
 
@@ -271,13 +290,17 @@ def test_startup_budget_follows_the_documented_formula() -> None:
     spec = parse_spec(
         {"model": {"pvc": {"claimName": "m"}, "sizeGiB": 100}, "warmup": {"timeoutSeconds": 600}}
     )
-    # load 180 + 100 GiB x 2 s; capture 300 (auto); fallback doubles; + warmup 600.
+    # load 180 + 100 GiB x 2 s; capture 300 (auto). The preflight may take one attempt, the
+    # ladder has three rungs, each relaunch waits up to 120 s for the chips; + warmup 600.
     assert startup_budget(spec, DEFAULTS).attempt_s == 180 + 200 + 300
-    assert startup_budget(spec, DEFAULTS).total_s == 2 * 680 + 600
+    assert startup_budget(spec, DEFAULTS).total_s == 680 + 3 * 680 + 2 * 120 + 600
+    piecewise = parse_spec({"model": {"pvc": {"claimName": "m"}, "sizeGiB": 100},
+                            "graph": {"policy": "piecewise"}, "warmup": {"enabled": False}})
+    assert startup_budget(piecewise, DEFAULTS).total_s == 620 + 2 * 620 + 120  # capture 240; PIECEWISE -> EAGER
     eager = parse_spec(
         {"model": {**HF, "sizeGiB": 10}, "graph": {"policy": "eager"}, "warmup": {"enabled": False}}
     )
-    assert startup_budget(eager, DEFAULTS).total_s == 180 + 10 * 12
+    assert startup_budget(eager, DEFAULTS).total_s == 2 * (180 + 10 * 12)  # preflight + one rung
     static = parse_spec(
         {
             "model": {**HF, "sizeGiB": 10},
@@ -286,11 +309,15 @@ def test_startup_budget_follows_the_documented_formula() -> None:
             "warmup": {"enabled": False},
         }
     )
-    assert startup_budget(static, DEFAULTS).total_s == 180 + 120 + 240 + 1800
+    assert startup_budget(static, DEFAULTS).total_s == 2 * (180 + 120 + 240 + 1800)
     unknown = parse_spec(
         {"model": {"hostPath": {"path": "/m"}}, "graph": {"fallback": False}, "warmup": {"enabled": False}}
     )
-    assert startup_budget(unknown, DEFAULTS).total_s == 180 + 64 * 2 + 300
+    assert startup_budget(unknown, DEFAULTS).total_s == 2 * (180 + 64 * 2 + 300)
+    cpu = parse_spec(yaml.safe_load((ROOT / "examples" / "cpu-tiny.yaml").read_text())["spec"])
+    budget = startup_budget(cpu, DEFAULTS)
+    warmup = cpu.warmup.timeout_seconds or 900 if cpu.warmup.enabled else 0
+    assert budget.total_s == 2 * budget.attempt_s + warmup  # PIECEWISE -> EAGER, no preflight, no chips
 
 
 def test_startup_probe_covers_the_budget_and_runtime_timeout_one_attempt() -> None:
@@ -424,7 +451,7 @@ EXPECTED_A3_DEPLOYMENT = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen3-30b-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "583a6729fb8c9ef7"},
+            "annotations": {"llm.ascend.dev/spec-hash": "8551bc56df4e3b47"},
         },
         "spec": {
             "replicas": 1,
@@ -437,7 +464,7 @@ EXPECTED_A3_DEPLOYMENT = {
             },
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 2704,
+            "progressDeadlineSeconds": 4148,
             "template": {
                 "metadata": {
                     "labels": {
@@ -448,7 +475,7 @@ EXPECTED_A3_DEPLOYMENT = {
                         "app.kubernetes.io/part-of": "ascend-llm",
                         "llm.ascend.dev/deployment": "qwen3-30b-a3",
                     },
-                    "annotations": {"llm.ascend.dev/config-hash": "39ce0840e70f10c7"},
+                    "annotations": {"llm.ascend.dev/config-hash": "92b7d4ccb5b71087"},
                 },
                 "spec": {
                     "containers": [
@@ -483,13 +510,14 @@ EXPECTED_A3_DEPLOYMENT = {
                             "volumeMounts": [
                                 {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
                                 {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                 {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
                             ],
                             "startupProbe": {
                                 "httpGet": {"path": "/startup", "port": "runtime"},
                                 "periodSeconds": 10,
                                 "timeoutSeconds": 5,
-                                "failureThreshold": 211,
+                                "failureThreshold": 355,
                             },
                             "readinessProbe": {
                                 "httpGet": {"path": "/ready", "port": "runtime"},
@@ -520,6 +548,7 @@ EXPECTED_A3_DEPLOYMENT = {
                             },
                         },
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                         {
                             "name": "model",
                             "hostPath": {"path": "/data/models/Qwen3-30B-A3B", "type": "Directory"},
@@ -628,7 +657,7 @@ EXPECTED_A3_DEPLOYMENT = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen3-30b-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "0e75647cbb56500e"},
+            "annotations": {"llm.ascend.dev/spec-hash": "912e4a059fea90f0"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
@@ -686,9 +715,11 @@ EXPECTED_A3_DEPLOYMENT = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 602,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
     },
@@ -709,7 +740,7 @@ EXPECTED_CPU_TINY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "cpu-tiny",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "4b32c0fb8644e44d"},
+            "annotations": {"llm.ascend.dev/spec-hash": "4f5d8de1ea194131"},
         },
         "spec": {
             "replicas": 1,
@@ -733,7 +764,7 @@ EXPECTED_CPU_TINY = {
                         "app.kubernetes.io/part-of": "ascend-llm",
                         "llm.ascend.dev/deployment": "cpu-tiny",
                     },
-                    "annotations": {"llm.ascend.dev/config-hash": "7b07de87dfd4054a"},
+                    "annotations": {"llm.ascend.dev/config-hash": "34dc24039e667f3d"},
                 },
                 "spec": {
                     "containers": [
@@ -758,6 +789,7 @@ EXPECTED_CPU_TINY = {
                             "volumeMounts": [
                                 {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
                                 {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                 {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
                             ],
                             "startupProbe": {
@@ -795,6 +827,7 @@ EXPECTED_CPU_TINY = {
                             },
                         },
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                         {"name": "model", "hostPath": {"path": "/models/tiny", "type": "Directory"}},
                     ],
                     "securityContext": {
@@ -881,7 +914,7 @@ EXPECTED_CPU_TINY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "cpu-tiny",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "85455bd37c5ffd1d"},
+            "annotations": {"llm.ascend.dev/spec-hash": "68b323dc8c2b2e22"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
@@ -934,9 +967,11 @@ EXPECTED_CPU_TINY = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 481,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": False,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
     },
@@ -957,7 +992,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v2-lite",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "56c081d6991f8899"},
+            "annotations": {"llm.ascend.dev/spec-hash": "b39a1ac46d11e9de"},
         },
         "spec": {
             "replicas": 1,
@@ -970,7 +1005,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 3228,
+            "progressDeadlineSeconds": 5196,
             "template": {
                 "metadata": {
                     "labels": {
@@ -981,7 +1016,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                         "app.kubernetes.io/part-of": "ascend-llm",
                         "llm.ascend.dev/deployment": "deepseek-v2-lite",
                     },
-                    "annotations": {"llm.ascend.dev/config-hash": "2414c8cf11f79786"},
+                    "annotations": {"llm.ascend.dev/config-hash": "0d8a7f544c82ad23"},
                 },
                 "spec": {
                     "containers": [
@@ -1021,13 +1056,14 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                             "volumeMounts": [
                                 {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
                                 {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                 {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
                             ],
                             "startupProbe": {
                                 "httpGet": {"path": "/startup", "port": "runtime"},
                                 "periodSeconds": 10,
                                 "timeoutSeconds": 5,
-                                "failureThreshold": 263,
+                                "failureThreshold": 460,
                             },
                             "readinessProbe": {
                                 "httpGet": {"path": "/ready", "port": "runtime"},
@@ -1058,6 +1094,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                             },
                         },
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                         {"name": "model-cache", "emptyDir": {}},
                     ],
                     "securityContext": {
@@ -1144,7 +1181,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v2-lite",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "8d0a48a09b5a1aef"},
+            "annotations": {"llm.ascend.dev/spec-hash": "35c0d0996f9b2082"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
@@ -1202,9 +1239,11 @@ EXPECTED_DEEPSEEK_MOE_EP = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 864,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
     },
@@ -1225,7 +1264,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen72b",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "3cb0d16c17a49f3d"},
+            "annotations": {"llm.ascend.dev/spec-hash": "94e274ee7b56e2bc"},
         },
         "spec": {
             "replicas": 1,
@@ -1238,7 +1277,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 3304,
+            "progressDeadlineSeconds": 5048,
             "template": {
                 "metadata": {
                     "labels": {
@@ -1249,7 +1288,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                         "app.kubernetes.io/part-of": "ascend-llm",
                         "llm.ascend.dev/deployment": "qwen72b",
                     },
-                    "annotations": {"llm.ascend.dev/config-hash": "ff95bb929fcd8e48"},
+                    "annotations": {"llm.ascend.dev/config-hash": "a94525dddb6765a3"},
                 },
                 "spec": {
                     "containers": [
@@ -1284,6 +1323,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                             "volumeMounts": [
                                 {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
                                 {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                 {
                                     "name": "model",
                                     "mountPath": "/mnt/model",
@@ -1295,7 +1335,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                                 "httpGet": {"path": "/startup", "port": "runtime"},
                                 "periodSeconds": 10,
                                 "timeoutSeconds": 5,
-                                "failureThreshold": 271,
+                                "failureThreshold": 445,
                             },
                             "readinessProbe": {
                                 "httpGet": {"path": "/ready", "port": "runtime"},
@@ -1326,6 +1366,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                             },
                         },
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                         {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}},
                     ],
                     "securityContext": {
@@ -1413,7 +1454,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen72b",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "fbc45447ba2b5a2e"},
+            "annotations": {"llm.ascend.dev/spec-hash": "1f440a08f105601a"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
@@ -1468,9 +1509,11 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 752,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
     },
@@ -1491,7 +1534,7 @@ EXPECTED_SMALL_310P = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen-small-310p",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "3af4299af50804ff"},
+            "annotations": {"llm.ascend.dev/spec-hash": "15904179e1daea9f"},
         },
         "spec": {
             "replicas": 2,
@@ -1504,7 +1547,7 @@ EXPECTED_SMALL_310P = {
             },
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 2484,
+            "progressDeadlineSeconds": 3096,
             "template": {
                 "metadata": {
                     "labels": {
@@ -1515,7 +1558,7 @@ EXPECTED_SMALL_310P = {
                         "app.kubernetes.io/part-of": "ascend-llm",
                         "llm.ascend.dev/deployment": "qwen-small-310p",
                     },
-                    "annotations": {"llm.ascend.dev/config-hash": "fe8eb8c6642bb58d"},
+                    "annotations": {"llm.ascend.dev/config-hash": "ec988129ffbb7d7e"},
                 },
                 "spec": {
                     "containers": [
@@ -1552,13 +1595,14 @@ EXPECTED_SMALL_310P = {
                             "volumeMounts": [
                                 {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
                                 {"name": "dshm", "mountPath": "/dev/shm"},
+                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                 {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
                             ],
                             "startupProbe": {
                                 "httpGet": {"path": "/startup", "port": "runtime"},
                                 "periodSeconds": 10,
                                 "timeoutSeconds": 5,
-                                "failureThreshold": 189,
+                                "failureThreshold": 250,
                             },
                             "readinessProbe": {
                                 "httpGet": {"path": "/ready", "port": "runtime"},
@@ -1589,6 +1633,7 @@ EXPECTED_SMALL_310P = {
                             },
                         },
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                         {"name": "model-cache", "emptyDir": {}},
                     ],
                     "securityContext": {
@@ -1678,7 +1723,7 @@ EXPECTED_SMALL_310P = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen-small-310p",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "595836d8c67eb672"},
+            "annotations": {"llm.ascend.dev/spec-hash": "6c8dfa2a93b46b5c"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
@@ -1735,10 +1780,17 @@ EXPECTED_SMALL_310P = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 492,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
     },
 }
+
+
+def test_warmup_chat_reaches_the_engine_config() -> None:
+    assert render({"model": HF}).engine_config.warmup.chat is True
+    assert render({"model": HF, "warmup": {"chat": False}}).engine_config.warmup.chat is False

@@ -959,7 +959,7 @@ async def test_a_failing_pre_command_stops_the_sequence_and_names_the_command(tm
     supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
     failing = [sys.executable, "-c", "import sys; print('line one'); print('port in use'); sys.exit(3)"]
     second = [sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"]
-    result = await supervisor._run_pre_commands([failing, second], {})
+    result = await supervisor.run_pre_commands([failing, second], {})
     assert result is not None
     assert (result.kind, result.restart_reason) == ("crash", "pre_command_failed")
     assert result.reason == f"pre-command `{' '.join(failing)}` exited with code 3: line one | port in use"
@@ -973,7 +973,7 @@ async def test_pre_commands_get_the_plan_env_and_run_in_order(tmp_path) -> None:
     supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
     write = "import os; open({path!r}, 'a').write(os.environ['STEP'] + '{n}')"
     commands = [[sys.executable, "-c", write.format(path=str(out), n=n)] for n in (1, 2)]
-    assert await supervisor._run_pre_commands(commands, {"STEP": "s"}) is None
+    assert await supervisor.run_pre_commands(commands, {"STEP": "s"}) is None
     assert out.read_text() == "s1s2"
 
 
@@ -995,7 +995,7 @@ async def test_wait_for_workers_polls_until_the_check_passes(tmp_path, monkeypat
         ),
     ]
     supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
-    assert await supervisor._wait_for_workers(check, {}) is None
+    assert await supervisor.wait_for_workers(check, {}) is None
     assert counter.read_text() == "xxx"
     assert supervisor.store.state.message == "waiting for 1 worker: 1/2 nodes"  # the last failed check
 
@@ -1012,7 +1012,7 @@ async def test_wait_for_workers_gives_up_after_the_ready_timeout(monkeypatch) ->
     # Only the supervisor's `time` (the event loop keeps the real clock).
     monkeypatch.setattr(supervisor_module, "time", SimpleNamespace(monotonic=lambda: float(next(clock))))
     check = [sys.executable, "-c", "print('1/2 Ray nodes alive'); raise SystemExit(1)"]
-    result = await supervisor._wait_for_workers(check, {})
+    result = await supervisor.wait_for_workers(check, {})
     assert result is not None
     assert (result.kind, result.restart_reason) == ("crash", "workers_timeout")
     assert result.reason == (
@@ -1025,7 +1025,7 @@ async def test_a_command_that_outlives_its_timeout_is_killed() -> None:
 
     supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
     sleeper = "import time; print('started', flush=True); time.sleep(60)"
-    run = await supervisor._run_command([sys.executable, "-c", sleeper], {}, 0.5)
+    run = await supervisor.run_command([sys.executable, "-c", sleeper], {}, 0.5)
     assert (run.returncode, run.stopped, run.output.strip()) == (None, False, "started")
 
 
@@ -1034,5 +1034,5 @@ async def test_a_stop_ends_a_running_command() -> None:
 
     supervisor = supervisor_for(DP_CONFIG, LEADER_ENV)
     asyncio.get_running_loop().call_later(0.3, supervisor.stop_requested.set)
-    run = await supervisor._run_command([sys.executable, "-c", "import time; time.sleep(60)"], {}, 30)
+    run = await supervisor.run_command([sys.executable, "-c", "import time; time.sleep(60)"], {}, 30)
     assert (run.returncode, run.stopped) == (None, True)

@@ -79,3 +79,35 @@ def test_counter_reset_means_restart_not_hang() -> None:
 def test_non_positive_timeout_is_refused() -> None:
     with pytest.raises(ValueError, match="timeout_s must be positive"):
         HangDetector(timeout_s=0)
+
+
+def test_no_good_answer_for_the_timeout_is_hung_and_an_answer_clears_it() -> None:
+    from ascend_runtime.health.hang import AnswerWatch
+
+    watch = AnswerWatch(timeout_s=30)
+    assert not watch.observe(0, None).hung
+    assert not watch.observe(1, "/health answered HTTP 500").hung
+    assert watch.observe(30, "/health did not answer within 2 s").stalled_for_s == 29
+    hung = watch.observe(31, "/health did not answer within 2 s")
+    assert hung.hung and hung.reason is not None
+    assert "no good answer to /health for 30s" in hung.reason and "did not answer within 2 s" in hung.reason
+    assert not watch.observe(32, None).hung  # one 200 ends it
+    assert not watch.observe(100, "/health answered HTTP 503").hung  # the clock starts again
+
+
+def test_the_monitor_fails_liveness_on_an_engine_that_answers_nothing() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from ascend_runtime.config import HealthConfig
+    from ascend_runtime.health.monitor import HealthMonitor
+
+    now = [0.0]
+    monitor = HealthMonitor(HealthConfig(hang_timeout_s=10), [], CollectorRegistry(), clock=lambda: now[0])
+    monitor.observe_engine_answer("/health did not answer within 2 s")
+    now[0] = 9.0
+    assert monitor.verdict().healthy
+    now[0] = 10.0
+    verdict = monitor.verdict()  # judged at probe time, even without a new poll
+    assert not verdict.healthy and verdict.details["engine"]["hung"] is True
+    monitor.reset()  # a new engine owes nothing
+    assert monitor.verdict().healthy

@@ -152,7 +152,9 @@ def test_resource_alloc_fail_stream_wait_event_is_a_capture_failure() -> None:
     )
 
 
-def test_oom_text_inside_capture_frames_is_a_capture_failure() -> None:
+def test_an_allocation_failure_inside_capture_frames_is_an_oom() -> None:
+    # Memory ran out while capturing: relaunching the same rung once memory is free may work,
+    # so it must not demote the mode (issue 11, item 3).
     assert (
         outcome(
             [
@@ -160,6 +162,21 @@ def test_oom_text_inside_capture_frames_is_a_capture_failure() -> None:
                 E + '  File "/vllm_ascend/worker/model_runner_v1.py", line 2072, in capture_model',
                 E + "    self._dummy_run(num_tokens)",
                 E + "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB",
+                E + "EngineCore failed to start.",
+            ]
+        )
+        is Outcome.DEVICE_OOM
+    )
+
+
+def test_a_non_memory_error_inside_capture_frames_stays_a_capture_failure() -> None:
+    assert (
+        outcome(
+            [
+                E + "Traceback (most recent call last):",
+                E + '  File "/vllm_ascend/worker/model_runner_v1.py", line 2072, in capture_model',
+                E + "    self._dummy_run(num_tokens)",
+                E + "RuntimeError: call aclnnFusedInferAttentionScoreV3 failed, error code is 561002",
             ]
         )
         is Outcome.GRAPH_CAPTURE_FAILURE
@@ -401,3 +418,43 @@ def test_outcome_flags() -> None:
     assert Outcome.GRAPH_REPLAY_FAILURE.is_graph_failure and Outcome.GRAPH_REPLAY_FAILURE.is_failure
     assert not Outcome.DEVICE_OOM.is_graph_failure and Outcome.DEVICE_OOM.is_failure
     assert not Outcome.INCOMPLETE.is_failure and not Outcome.HEALTHY_STARTUP_EAGER.is_failure
+
+
+# --- CANN runtime lines during capture, with no traceback and no capture frame (issue 11, item 10)
+
+CANN_ONLY_LOG = DATA / "cann-logs" / "capture-stream-cann-lines-only.log"
+CAPTURING = INF + "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 0%|          | 0/67"
+#: CANN's own lines from vllm-ascend #2629 (the exception message's inner lines), unprefixed,
+#: but its last ("Sync get device msg failed": no stream, no capture), and the wait-event failure
+#: text of #9596.
+CANN_LINES = CANN_ONLY_LOG.read_text().splitlines()[1:-1] + [
+    "resource alloc fail stream wait event failed",
+]
+
+
+@pytest.mark.parametrize("line", CANN_LINES)
+def test_a_cann_stream_failure_line_during_capture_is_a_capture_failure(line: str) -> None:
+    assert outcome([CAPTURING, line]) is Outcome.GRAPH_CAPTURE_FAILURE
+
+
+@pytest.mark.parametrize("line", [
+    "[ERROR] RUNTIME(2001,python3):2026-08-01-10:00:00.000.000 [stream.cc:355] 2001 Setup: rtStreamCreate "
+    "execute failed, retCode=0x7020016",
+    "[ERROR] ASCENDCL(2001,python3):2026-08-01-10:00:00.000.000 [stream.cpp:201] 2001 aclrtStreamWaitEvent: "
+    "wait event failed, runtime result = 507018",
+    "EE9999: [PID: 2001] 2026-08-01-10:00:00.000.000 Stream wait event failed, stream_id=12, retCode=0x7010016.",
+    "EL0009: [PID: 2001] 2026-08-01-10:00:00.000.000 Stream resources are insufficient.",
+])
+def test_cann_log_formats_of_stream_failures_count_before_the_engine_is_ready(line: str) -> None:
+    assert outcome([CAPTURING, line]) is Outcome.GRAPH_CAPTURE_FAILURE
+    assert outcome([line]) is Outcome.GRAPH_CAPTURE_FAILURE  # no mode evidence yet: graph is the default
+
+
+@pytest.mark.parametrize("line", CANN_LINES)
+def test_the_same_cann_lines_while_serving_or_in_eager_mode_are_not_capture_failures(line: str) -> None:
+    assert outcome(GRAPH_READY + [line]) is Outcome.HEALTHY_STARTUP_GRAPH
+    assert outcome(EAGER_READY[:1] + [line]) is not Outcome.GRAPH_CAPTURE_FAILURE
+
+
+def test_the_cann_only_log_is_a_capture_failure() -> None:
+    assert classify_lines(CANN_ONLY_LOG.read_text().splitlines()).outcome is Outcome.GRAPH_CAPTURE_FAILURE

@@ -50,9 +50,18 @@ def test_npu_smi_source_sums_visible_chips_and_maps_host_pids() -> None:
     )
 
 
-def test_npu_smi_source_restricted_to_given_chips() -> None:
-    source = NpuSmiSource(runner=runner_for("info-a3-4chip-namedproc-nputop.txt"), devices=[(1, 1)])
+def test_npu_smi_source_restricted_to_the_pods_devices() -> None:
+    # A3: NPU 1 chip 1 is physical device 3 (its Phy-ID).
+    source = NpuSmiSource(runner=runner_for("info-a3-4chip-namedproc-nputop.txt"), devices=[3])
     assert source.sample() == MemorySample(used_mb=10568, total_mb=65536, per_process={990711: 7746.0})
+
+
+def test_node_wide_npu_smi_counts_only_the_pods_chips_and_processes() -> None:
+    # A node shared by several pods: npu-smi lists all 16 chips, each held by another pod's
+    # engine (about 58 GB each). This pod owns physical devices 4 and 5 (NPU 2, chips 0 and 1).
+    source = NpuSmiSource(runner=runner_for("info-a3-16chip-multiproc-issue3002.txt"), devices=[4, 5])
+    assert source.sample() == MemorySample(
+        used_mb=61633 + 61623, total_mb=2 * 65536, per_process={930907: 58560.0, 931572: 58779.0})
 
 
 def test_npu_smi_source_reports_unparseable_output_as_a_source_error() -> None:
@@ -62,8 +71,8 @@ def test_npu_smi_source_reports_unparseable_output_as_a_source_error() -> None:
 
 
 def test_npu_smi_source_with_no_matching_chip() -> None:
-    source = NpuSmiSource(runner=runner_for("info-910b4-4chip-noproc-issue1401.txt"), devices=[(9, 0)])
-    with pytest.raises(MemorySourceError, match=r"shows no chips \[\(9, 0\)\]"):
+    source = NpuSmiSource(runner=runner_for("info-910b4-4chip-noproc-issue1401.txt"), devices=[9])
+    with pytest.raises(MemorySourceError, match=r"shows none of the pod's devices \[9\]"):
         source.sample()
 
 
@@ -240,3 +249,70 @@ def test_monitor_reports_a_hung_engine_and_recovers_after_reset() -> None:
     assert monitor.verdict().healthy
     assert monitor.observe_engine_metrics("<html>not metrics</html>") is None
     assert "expected Prometheus text" in (monitor.verdict().details["engine"]["metrics_error"] or "")
+
+
+class FakeDcmi:
+    """libdcmi.so as ctypes sees it: out-parameters come as byref() objects or arrays."""
+
+    def __init__(self, cards: dict[int, list[tuple[int, int, int]]]) -> None:
+        # card -> [(physical id, used MB, total MB)] per device of the card
+        self.cards = cards
+
+    def dcmi_init(self) -> int:
+        return 0
+
+    def dcmi_get_card_list(self, count, cards, limit) -> int:
+        count._obj.value = len(self.cards)
+        for index, card in enumerate(self.cards):
+            cards[index] = card
+        return 0
+
+    def dcmi_get_device_num_in_card(self, card, count) -> int:
+        count._obj.value = len(self.cards[card])
+        return 0
+
+    def dcmi_get_device_logic_id(self, logic, card, device) -> int:
+        logic._obj.value = card * 100 + device
+        return 0
+
+    def dcmi_get_device_phyid_from_logicid(self, logic, physical) -> int:
+        physical._obj.value = self.cards[logic // 100][logic % 100][0]
+        return 0
+
+    def dcmi_get_device_hbm_info(self, card, device, info) -> int:
+        _, used, total = self.cards[card][device]
+        info._obj.memory_usage, info._obj.memory_size = used, total
+        return 0
+
+
+def test_dcmi_counts_only_the_pods_chips_of_every_card_on_the_node() -> None:
+    from ascend_runtime.memory.sources import DcmiSource
+
+    node = FakeDcmi({0: [(0, 60000, 65536)], 1: [(1, 100, 65536)], 2: [(2, 200, 65536)], 3: [(3, 58000, 65536)]})
+    assert DcmiSource(lib=node).sample() == MemorySample(used_mb=118300, total_mb=4 * 65536)
+    assert DcmiSource(lib=node, devices=[1, 2]).sample() == MemorySample(used_mb=300, total_mb=2 * 65536)
+    with pytest.raises(MemorySourceError, match=r"none of the pod's devices \[7\]"):
+        DcmiSource(lib=node, devices=[7]).sample()
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({}, None),
+    ({"ASCEND_VISIBLE_DEVICES": "4,5"}, {4, 5}),
+    ({"ASCEND_VISIBLE_DEVICES": "Ascend910-4,Ascend910-5"}, {4, 5}),
+    ({"ASCEND_VISIBLE_DEVICES": "0-3"}, {0, 1, 2, 3}),
+    ({"ASCEND_RT_VISIBLE_DEVICES": "2"}, {2}),
+    ({"ASCEND_VISIBLE_DEVICES": "4,5,6", "ASCEND_RT_VISIBLE_DEVICES": "1,2"}, {5, 6}),
+])
+def test_the_pods_devices_from_the_environment(env, expected) -> None:
+    from ascend_runtime.memory.devices import visible_devices
+
+    assert visible_devices(env) == (None if expected is None else frozenset(expected))
+
+
+def test_a_bad_device_list_names_the_variable_and_the_form() -> None:
+    from ascend_runtime.memory.devices import VisibleDevicesError, visible_devices
+
+    with pytest.raises(VisibleDevicesError, match=r"ASCEND_VISIBLE_DEVICES='0,x': 'x' is not a device id"):
+        visible_devices({"ASCEND_VISIBLE_DEVICES": "0,x"})
+    with pytest.raises(VisibleDevicesError, match="selects position 2, but ASCEND_VISIBLE_DEVICES='4,5' gives"):
+        visible_devices({"ASCEND_VISIBLE_DEVICES": "4,5", "ASCEND_RT_VISIBLE_DEVICES": "2"})

@@ -327,7 +327,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "139c89eea3bd8267"},
+            "annotations": {"llm.ascend.dev/spec-hash": "aade286448044138"},
         },
         "spec": {
             "replicas": 1,
@@ -350,7 +350,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                             "llm.ascend.dev/deployment": "deepseek-v3",
                             "llm.ascend.dev/role": "leader",
                         },
-                        "annotations": {"llm.ascend.dev/config-hash": "bfcbe7a01c792bda"},
+                        "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
                     "spec": {
                         "containers": [
@@ -393,6 +393,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {
                                         "name": "model",
                                         "mountPath": "/mnt/model",
@@ -404,7 +405,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 490,
+                                    "failureThreshold": 914,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -435,6 +436,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
@@ -463,7 +465,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                             "llm.ascend.dev/deployment": "deepseek-v3",
                             "llm.ascend.dev/role": "worker",
                         },
-                        "annotations": {"llm.ascend.dev/config-hash": "bfcbe7a01c792bda"},
+                        "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
                     "spec": {
                         "containers": [
@@ -503,6 +505,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {
                                         "name": "model",
                                         "mountPath": "/mnt/model",
@@ -514,7 +517,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 490,
+                                    "failureThreshold": 914,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -545,6 +548,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
@@ -636,7 +640,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-v3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "dcc60c66f4c22cb5"},
+            "annotations": {"llm.ascend.dev/spec-hash": "fd3f8bac94c16da5"},
         },
         "data": {},
     },
@@ -690,9 +694,11 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 2000,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {
             "nodes": 2,
@@ -723,7 +729,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-r1-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "9fbe9fc3e61f0d8f"},
+            "annotations": {"llm.ascend.dev/spec-hash": "5354464688f3b635"},
         },
         "spec": {
             "replicas": 1,
@@ -748,7 +754,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "ring-controller.atlas": "ascend-910b",
                         },
                         "annotations": {
-                            "llm.ascend.dev/config-hash": "e448eece07b8ac7a",
+                            "llm.ascend.dev/config-hash": "6add86f46a64a7bc",
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
@@ -793,13 +799,14 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
                                 ],
                                 "startupProbe": {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 718,
+                                    "failureThreshold": 1044,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -830,6 +837,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
@@ -862,7 +870,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "ring-controller.atlas": "ascend-910b",
                         },
                         "annotations": {
-                            "llm.ascend.dev/config-hash": "e448eece07b8ac7a",
+                            "llm.ascend.dev/config-hash": "6add86f46a64a7bc",
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
@@ -904,13 +912,14 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                         "readOnly": True,
                                     },
                                     {"name": "dshm", "mountPath": "/dev/shm"},
+                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
                                     {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
                                 ],
                                 "startupProbe": {
                                     "httpGet": {"path": "/startup", "port": "runtime"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 5,
-                                    "failureThreshold": 718,
+                                    "failureThreshold": 1044,
                                 },
                                 "readinessProbe": {
                                     "httpGet": {"path": "/ready", "port": "runtime"},
@@ -941,6 +950,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                                 },
                             },
                             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
@@ -1034,7 +1044,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "deepseek-r1-a3",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "e60a37f8f09a2e8f"},
+            "annotations": {"llm.ascend.dev/spec-hash": "93d13b45e0d36ba7"},
         },
         "data": {},
     },
@@ -1087,9 +1097,11 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
             "port": 8080,
             "host": "0.0.0.0",
             "readyTimeoutS": 3140,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0},
+            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
             "preflight": True,
             "minFreeDeviceMb": 1024,
+            "deviceFreeWaitS": 120,
+            "stateDir": "/var/lib/ascend-llm/state",
         },
         "distributed": {
             "nodes": 2,

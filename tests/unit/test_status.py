@@ -122,8 +122,7 @@ def test_one_ready_one_warming_is_degraded_with_every_field() -> None:
                 {"pod": "qwen-b", "ready": False, "fallbacks": 0, "phase": "WarmingUp", "mode": "FULL_AND_PIECEWISE",
                  "image": "img:1"},
             ],
-            "fallbacks": 0, "mode": "FULL_AND_PIECEWISE",
-            "rememberedMode": "FULL_AND_PIECEWISE", "rememberedFor": "key1",
+            "fallbacks": 0, "mode": "FULL_AND_PIECEWISE",  # no fallback: nothing to remember
         },
         warmup={"succeeded": 1, "failed": 0, "pending": 1, "lastSeconds": 4.0},
         conditions=conditions(
@@ -198,13 +197,42 @@ def test_classify_pod(pod_status: dict[str, Any], state: RuntimeState | None, ex
     assert classify_pod(pod_status, state, NPU)[0] == expected
 
 
-def test_remembered_mode_comes_from_current_ready_pods_and_is_the_safest() -> None:
-    pods = [pod("qwen-a"), pod("qwen-b"), pod("qwen-old", template="h0")]
-    states = {"qwen-a": runtime(RuntimePhase.READY, mode=GraphMode.FULL_DECODE_ONLY),
-              "qwen-b": runtime(RuntimePhase.READY, mode=GraphMode.PIECEWISE),
-              "qwen-old": runtime(RuntimePhase.READY, mode=GraphMode.EAGER)}  # older spec: ignored
-    graph = compute_status(spec(replicas=3), observe(pods, states), None, NOW)["graph"]
+def fell_back(mode: GraphMode, reason: str, deterministic: bool = True, **fields: Any) -> RuntimeState:
+    return runtime(RuntimePhase.READY, mode=mode, fallbacks=1, fallback_reason=reason,
+                   fallback_deterministic=deterministic, versions={"vllm": "0.23.0", "vllmAscend": "0.23.0"},
+                   **fields)
+
+
+def test_remembered_mode_comes_from_deterministic_fallbacks_of_current_pods_and_is_the_safest() -> None:
+    pods = [pod("qwen-a"), pod("qwen-b"), pod("qwen-c"), pod("qwen-old", template="h0")]
+    states = {"qwen-a": fell_back(GraphMode.FULL_DECODE_ONLY, "FULL_AND_PIECEWISE -> FULL_DECODE_ONLY: x"),
+              "qwen-b": fell_back(GraphMode.PIECEWISE, "FULL_AND_PIECEWISE -> PIECEWISE: capture failed: 207005"),
+              "qwen-c": runtime(RuntimePhase.READY, mode=GraphMode.FULL_AND_PIECEWISE),  # no fallback
+              "qwen-old": fell_back(GraphMode.EAGER, "older spec: ignored")}
+    graph = compute_status(spec(replicas=4), observe(pods, states), None, NOW)["graph"]
     assert (graph["mode"], graph["rememberedMode"], graph["rememberedFor"]) == ("Mixed", "PIECEWISE", "key1")
+    assert graph["rememberedReason"] == "pod qwen-b: FULL_AND_PIECEWISE -> PIECEWISE: capture failed: 207005"
+    assert graph["rememberedVersions"] == "vllm 0.23.0, vllm-ascend 0.23.0"
+
+
+def test_a_transient_fallback_or_a_plain_ready_pod_is_not_remembered() -> None:
+    states = {"qwen-a": fell_back(GraphMode.EAGER, "PIECEWISE -> EAGER: capture did not finish", deterministic=False),
+              "qwen-b": runtime(RuntimePhase.READY, mode=GraphMode.PIECEWISE)}
+    graph = compute_status(spec(replicas=2), observe([pod("qwen-a"), pod("qwen-b")], states), None, NOW)["graph"]
+    assert "rememberedMode" not in graph and "rememberedReason" not in graph
+
+
+def test_a_new_engine_version_forgets_the_remembered_mode() -> None:
+    previous = {"graph": {"rememberedMode": "EAGER", "rememberedFor": "key1", "rememberedReason": "pod qwen-a: x",
+                          "rememberedVersions": "vllm 0.23.0, vllm-ascend 0.23.0"}}
+    same = {"qwen-b": runtime(RuntimePhase.READY, mode=GraphMode.EAGER,
+                              versions={"vllm": "0.23.0", "vllmAscend": "0.23.0"})}
+    kept = compute_status(spec(replicas=1), observe([pod("qwen-b")], same), previous, NOW)["graph"]
+    assert (kept["rememberedMode"], kept["rememberedReason"]) == ("EAGER", "pod qwen-a: x")
+    newer = {"qwen-b": runtime(RuntimePhase.READY, mode=GraphMode.EAGER,
+                               versions={"vllm": "0.24.0", "vllmAscend": "0.24.0"})}
+    dropped = compute_status(spec(replicas=1), observe([pod("qwen-b")], newer), previous, NOW)["graph"]
+    assert "rememberedMode" not in dropped
 
 
 def test_remembered_mode_is_kept_while_the_key_matches_and_dropped_when_not() -> None:
@@ -340,3 +368,14 @@ def test_transition_events_fire_once_per_transition() -> None:
     assert transition_events(after, after) == []
     another = {"conditions": [cond("GraphModeFallback", "True", "FellBack", "qwen-a ...; qwen-b runs EAGER")]}
     assert transition_events(after, another) == [("Warning", "FellBack", "qwen-a ...; qwen-b runs EAGER")]
+
+
+def test_warmup_warnings_of_the_pods_show_once_each() -> None:
+    from ascend_runtime.config import WarmupReport
+
+    warning = "chat warmup skipped: the model has no chat template (...)"
+    report = WarmupReport(outcome="succeeded", seconds=2.0, requests=6, warnings=[warning])
+    states = {"qwen-a": runtime(RuntimePhase.READY, warmup=report),
+              "qwen-b": runtime(RuntimePhase.READY, warmup=report)}
+    warmup = compute_status(spec(replicas=2), observe([pod("qwen-a"), pod("qwen-b")], states), None, NOW)["warmup"]
+    assert warmup["warnings"] == [warning] and warmup["succeeded"] == 2

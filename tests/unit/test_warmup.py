@@ -94,3 +94,46 @@ async def test_a_warmup_past_its_budget_fails_naming_the_setting():
         await runner.cleanup()
     assert not result.ok
     assert "warmup.timeoutSeconds" in result.reason
+
+
+NO_TEMPLATE = ("Cannot use chat template functions because tokenizer.chat_template is not set and no template "
+               "argument was passed!")
+
+
+async def test_a_model_without_a_chat_template_skips_the_chat_waves_with_a_warning():
+    chats = []
+
+    async def base_model(request: web.Request) -> web.Response:
+        body = await request.json()
+        if "messages" in body:
+            chats.append(1)
+            return web.json_response({"object": "error", "message": NO_TEMPLATE, "type": "BadRequestError",
+                                      "code": 400}, status=400)
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    runner, url = await serve(base_model)
+    try:
+        config = WarmupConfig(prompt_lengths=[4, 8], concurrency=[1, 2], max_tokens=2)
+        result = await run_warmup(url, "m", config, max_model_len=None, max_num_seqs=None)
+    finally:
+        await runner.cleanup()
+    assert result.ok and result.reason is None
+    assert chats == [1]  # the first chat wave tells; the next one is not sent
+    assert [step["kind"] for step in result.steps] == ["completion"] * 4
+    assert len(result.warnings) == 1 and "no chat template" in result.warnings[0]
+    assert "warmup.chat: false" in result.warnings[0]
+
+
+async def test_any_other_chat_error_still_fails_the_warmup():
+    async def broken_chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        if "messages" in body:
+            return web.json_response({"message": "maximum context length exceeded"}, status=400)
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    runner, url = await serve(broken_chat)
+    try:
+        result = await run_warmup(url, "m", WarmupConfig(prompt_lengths=[4], concurrency=[1]), None, None)
+    finally:
+        await runner.cleanup()
+    assert not result.ok and "chat request" in result.reason and "HTTP 400" in result.reason

@@ -11,6 +11,7 @@ layer gets from :func:`choose_autoscaler` (it alone knows what the cluster serve
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from ascend_operator.builders.common import (
 from ascend_operator.builders.configmap import build_configmap
 from ascend_operator.builders.deployment import build_deployment
 from ascend_operator.builders.engine_config import (
+    RETRY_GRAPH_ANNOTATION,
     build_engine_config,
     remembered_mode_key,
     startup_budget,
@@ -49,6 +51,7 @@ from ascend_operator.settings import OperatorSettings
 
 __all__ = [
     "CONFIG_HASH_ANNOTATION",
+    "RETRY_GRAPH_ANNOTATION",
     "SPEC_HASH_ANNOTATION",
     "AutoscalerChoice",
     "AutoscalerKind",
@@ -82,6 +85,8 @@ class BuildMeta:
     name: str
     namespace: str
     generation: int | None = None
+    #: The resource's annotations (``RETRY_GRAPH_ANNOTATION`` is read from them).
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,7 @@ def build_children(
     observed = observed or Observed()
     names = ChildNames.for_resource(meta.name)
     image = resolve_image(spec, settings)
-    key = remembered_mode_key(spec, image)
+    key = remembered_mode_key(spec, image, meta.annotations.get(RETRY_GRAPH_ANNOTATION))
     start_mode = observed.remembered_mode if observed.remembered_for == key else None
     config = build_engine_config(meta.name, spec, settings, start_mode, image)
     configmap = build_configmap(meta.name, meta.namespace, names.configmap, config)

@@ -11,11 +11,18 @@ Start-up budget (documented formula, all numbers from :class:`OperatorSettings`)
     capture = 0 (eager) | capture_s_piecewise (piecewise) | capture_s_full (auto and FULL modes)
               + static_kernel_s when ascend.enableStaticKernel
     attempt = load + capture                    -> EngineConfig.runtime.ready_timeout_s
-    total   = attempt * (2 if graph.fallback and policy != eager else 1) + warmup timeout
-              (when warmup is enabled)          -> startupProbe failureThreshold * periodSeconds
+    rungs   = 1 without graph.fallback or with policy eager; else 2 for piecewise, CPU and 310P
+              (PIECEWISE or FULL_DECODE_ONLY -> EAGER) and 3 for the rest (FULL_AND_PIECEWISE or
+              FULL_DECODE_ONLY -> PIECEWISE -> EAGER)
+    total   = preflight + attempt * rungs + (rungs - 1) * deviceFreeWaitS + warmup timeout
+              (preflight = attempt where it runs, on NPUs; deviceFreeWaitS on NPUs only;
+              warmup when enabled)             -> startupProbe failureThreshold * periodSeconds
 
-One fallback attempt is budgeted because a failed capture usually fails fast (seconds after
-load) and the next rung then loads again; a remembered mode starts at the working rung.
+The whole ladder is budgeted: a rung whose capture hangs uses its whole attempt before it steps
+down (the runtime's ``graph.captureTimeoutS`` / ``runtime.readyTimeoutS``), and the preflight may
+wait up to one attempt for the chips. A remembered mode starts at the working rung; the rung a
+pod reached survives its container restarts (``runtime.stateDir`` on an emptyDir,
+:data:`STATE_DIR`), so a restarted container does not climb the ladder again.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from ascend_runtime.config import (
     EngineConfig,
     GraphMode,
     GraphPolicy,
+    RuntimeOptions,
     WarmupConfig,
 )
 
@@ -48,6 +56,11 @@ from ascend_operator.settings import OperatorSettings
 MODEL_DIR = "/mnt/model"
 #: Hub download cache (HF_HOME / MODELSCOPE_CACHE live below it).
 MODEL_CACHE_DIR = "/var/cache/ascend-llm"
+#: The runtime's state that outlives its container (an emptyDir): the ladder's rung and reason.
+STATE_DIR = "/var/lib/ascend-llm/state"
+#: The annotation whose value, when changed, lets new pods try the top of the ladder again
+#: (it is part of the remembered-mode key).
+RETRY_GRAPH_ANNOTATION = "llm.ascend.dev/retry-graph-mode"
 #: KV cache GiB on CPU when spec.engine.kvCacheSpaceGiB is absent.
 DEFAULT_CPU_KVCACHE_GIB = 1
 
@@ -81,11 +94,26 @@ def startup_budget(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) ->
     if spec.ascend is not None and spec.ascend.enable_static_kernel:
         capture += settings.static_kernel_s
     attempt = math.ceil(load + capture)
-    attempts = 2 if spec.graph.fallback and policy != GraphPolicy.EAGER else 1
+    rungs = ladder_length(spec)
+    npu = spec.platform != Platform.CPU
+    preflight = attempt if npu else 0  # the runtime's preflight waits up to runtime.readyTimeoutS
+    relaunch_wait = (rungs - 1) * RuntimeOptions().device_free_wait_s if npu else 0
     warmup = 0
     if spec.warmup.enabled:
         warmup = spec.warmup.timeout_seconds or WarmupConfig().timeout_s
-    return StartupBudget(attempt_s=attempt, total_s=attempt * attempts + warmup)
+    return StartupBudget(attempt_s=attempt, total_s=preflight + attempt * rungs + relaunch_wait + warmup)
+
+
+def ladder_length(spec: AscendLLMDeploymentSpec) -> int:
+    """The most rungs a start may climb down (the runtime's ladder for any supported version)."""
+    policy = spec.graph.policy
+    if not spec.graph.fallback or policy == GraphPolicy.EAGER:
+        return 1
+    if policy == GraphPolicy.PIECEWISE or spec.platform == Platform.CPU:
+        return 2  # PIECEWISE -> EAGER (CPU: torch.compile -> eager)
+    if spec.npu.chip.value == "310P":
+        return 2  # FULL_DECODE_ONLY -> EAGER
+    return 3
 
 
 def model_path(spec: AscendLLMDeploymentSpec) -> str:
@@ -94,8 +122,12 @@ def model_path(spec: AscendLLMDeploymentSpec) -> str:
     return hub.id if hub is not None else MODEL_DIR
 
 
-def remembered_mode_key(spec: AscendLLMDeploymentSpec, image: str) -> str:
-    """Short hash of what a working graph mode depends on: image, model source, revision, parallelism."""
+def remembered_mode_key(spec: AscendLLMDeploymentSpec, image: str, retry: str | None = None) -> str:
+    """Short hash of what a working graph mode depends on: image, model source, revision, parallelism.
+
+    ``retry`` is the value of :data:`RETRY_GRAPH_ANNOTATION`: a new value is a new key, so the
+    remembered mode is dropped and new pods try the top of the ladder again.
+    """
     model = spec.model
     # Multi-node keys add the node count and backend; single-node keys stay what they were.
     topology = (
@@ -103,9 +135,11 @@ def remembered_mode_key(spec: AscendLLMDeploymentSpec, image: str) -> str:
         if spec.nodes_per_replica > 1
         else {}
     )
+    retried = {"retry": retry} if retry else {}  # keys without the annotation stay what they were
     return content_hash(
         {
             **topology,
+            **retried,
             "image": image,
             "source": model.model_dump(
                 mode="json",
@@ -195,6 +229,7 @@ def build_engine_config(
         concurrency=spec.warmup.concurrency,
         max_tokens=spec.warmup.max_tokens,
         timeout_s=spec.warmup.timeout_seconds,
+        chat=spec.warmup.chat,
     )
     health: dict[str, Any] = _set({}, hang_timeout_s=spec.health.hang_timeout_seconds)
     if spec.health.leak is not None:
@@ -257,6 +292,7 @@ def build_engine_config(
                 "ready_timeout_s": startup_budget(spec, settings).attempt_s,
                 # No NPU to check on CPU; the preflight looks for devices and free memory.
                 "preflight": not cpu,
+                "state_dir": STATE_DIR,
             },
         }
     )

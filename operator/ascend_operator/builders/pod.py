@@ -44,7 +44,7 @@ from ascend_runtime.redact import ALWAYS_SECRET_ENV, REDACT_ENV
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
-from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, startup_budget
+from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, STATE_DIR, startup_budget
 from ascend_operator.names import ChildNames
 from ascend_operator.settings import HostMounts, OperatorSettings
 
@@ -253,11 +253,14 @@ def build_pod_template(
             },
         },
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size or settings.shm_size}},
+        # Outlives the container, not the pod: the runtime keeps its ladder position here.
+        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
         *model_volumes,
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "runtime-state", "mountPath": STATE_DIR},
         *model_mounts,
     ]
     if not cpu and settings.host_mounts == HostMounts.DRIVER:

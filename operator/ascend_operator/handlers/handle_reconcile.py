@@ -157,8 +157,9 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     served = await ctx.kube.served(ctx.settings.discovery_ttl_s)
     choice = choose_autoscaler(spec, ctx.settings, served)
     missing_lws = lws_missing(spec, served)
-    children = build_children(BuildMeta(name, namespace, generation), spec, ctx.settings, _remembered(previous),
-                              autoscaler=choice.kind)
+    annotations = dict((body.get("metadata") or {}).get("annotations") or {})
+    meta = BuildMeta(name, namespace, generation, annotations=annotations)
+    children = build_children(meta, spec, ctx.settings, _remembered(previous), autoscaler=choice.kind)
     desired = children.objects()
     kopf.append_owner_reference(desired, owner=body)
 

@@ -1,10 +1,16 @@
-"""Hung-engine detection from the engine's own Prometheus metrics.
+"""Hung-engine detection: an engine that stalls its tokens, or one that stops answering.
 
-vLLM's ``/health`` answers 200 without asking the engine core, so an engine that stopped
-producing tokens still looks alive. The signal used here: requests are running
-(``vllm:num_requests_running > 0``) while ``vllm:generation_tokens_total`` has not advanced for
-``timeout_s``. An idle engine (nothing running) is healthy however long it idles; a counter that
-goes backwards means the engine restarted, which restarts the clock.
+Two signals, each with the same limit (``health.hangTimeoutS``):
+
+* :class:`HangDetector`, from the engine's own Prometheus metrics. vLLM's ``/health`` answers 200
+  without asking the engine core, so an engine that stopped producing tokens still looks alive:
+  requests are running (``vllm:num_requests_running > 0``) while
+  ``vllm:generation_tokens_total`` has not advanced for ``timeout_s``. An idle engine is healthy
+  however long it idles; a counter that goes backwards means the engine restarted.
+* :class:`AnswerWatch`, from the runtime's own polls of the engine's ``/health``. An API server
+  whose process is alive but answers nothing (a wedged event loop, a stopped process) or only
+  errors feeds the metrics signal nothing at all, so it is judged by itself: no good answer for
+  ``timeout_s`` is hung.
 """
 
 from __future__ import annotations
@@ -14,12 +20,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
+from ascend_runtime.promtext import MetricsTextError, sample_values, total
 
-__all__ = ["EngineCounters", "HangAssessment", "HangDetector", "MetricsParseError", "parse_engine_metrics"]
+__all__ = ["AnswerWatch", "EngineCounters", "HangAssessment", "HangDetector", "MetricsParseError", "parse_engine_metrics"]
 
 RUNNING = "vllm:num_requests_running"
-GENERATED = "vllm:generation_tokens"  # a counter family; its samples are named ..._total
+GENERATED = "vllm:generation_tokens_total"
 
 
 class MetricsParseError(ValueError):
@@ -38,23 +44,12 @@ def parse_engine_metrics(text: str) -> EngineCounters:
     Label sets differ per model name and engine index (data parallel), so every sample counts.
     """
 
-    running: float | None = None
-    generated: float | None = None
     try:
-        families = list(text_string_to_metric_families(text))
-    except ValueError as error:
+        values = sample_values(text, (RUNNING, GENERATED))
+    except MetricsTextError as error:
         raise MetricsParseError(f"expected Prometheus text from the engine's /metrics: {error}") from None
-    for family in families:
-        # The parser strips `_total` from counter families; untyped exposition keeps it.
-        if family.name == RUNNING:
-            running = (running or 0.0) + sum(s.value for s in family.samples if s.name == RUNNING)
-        elif family.name in (GENERATED, GENERATED + "_total"):
-            generated = (generated or 0.0) + sum(
-                s.value for s in family.samples if s.name == GENERATED + "_total"
-            )
-    missing = [
-        name for name, value in ((RUNNING, running), (GENERATED + "_total", generated)) if value is None
-    ]
+    running, generated = total(values, RUNNING), total(values, GENERATED)
+    missing = [name for name, value in ((RUNNING, running), (GENERATED, generated)) if value is None]
     if missing:
         raise MetricsParseError(
             f"the engine's /metrics lacks {', '.join(missing)} (is this a vLLM OpenAI server?)"
@@ -116,3 +111,59 @@ class HangDetector:
     def assess(self) -> HangAssessment:
         with self._lock:
             return self._last
+
+
+class AnswerWatch:
+    """How long the engine's API server has given no good answer (200) to the runtime's polls."""
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.timeout_s = timeout_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        """A new engine: nothing owed yet."""
+
+        with self._lock:
+            self._bad_since: float | None = None
+            self._last_problem: str | None = None
+
+    def observe(self, now: float | None, problem: str | None) -> HangAssessment:
+        """One poll: ``problem`` None for a 200, else what went wrong (timeout, HTTP 500, refused)."""
+
+        now = self._clock() if now is None else now
+        with self._lock:
+            if problem is None:
+                self._bad_since = None
+                self._last_problem = None
+            else:
+                if self._bad_since is None:
+                    self._bad_since = now
+                self._last_problem = problem
+            return self._assess(now)
+
+    def assess(self, now: float | None = None) -> HangAssessment:
+        with self._lock:
+            return self._assess(self._clock() if now is None else now)
+
+    @property
+    def problem(self) -> str | None:
+        """The last poll's problem while polls fail; None after a good answer."""
+
+        return self._last_problem
+
+    def _assess(self, now: float) -> HangAssessment:
+        if self._bad_since is None:
+            return HangAssessment(False, None)
+        silent = now - self._bad_since
+        if silent >= self.timeout_s:
+            return HangAssessment(
+                True,
+                f"engine hung: its API server gave no good answer to /health for {silent:.0f}s "
+                f"(last: {self._last_problem}; limit {self.timeout_s:g}s)",
+                silent,
+            )
+        return HangAssessment(False, None, silent)

@@ -24,7 +24,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge
 
 from ascend_runtime.config import HealthConfig
-from ascend_runtime.health.hang import HangAssessment, HangDetector, MetricsParseError, parse_engine_metrics
+from ascend_runtime.health.hang import (
+    AnswerWatch,
+    HangAssessment,
+    HangDetector,
+    MetricsParseError,
+    parse_engine_metrics,
+)
 from ascend_runtime.health.leak import LeakAssessment, LeakDetector
 from ascend_runtime.memory.sources import MemorySource, MemorySourceError
 
@@ -61,6 +67,7 @@ class HealthMonitor:
         self._detectors: dict[str, LeakDetector] = {}
         self._errors: dict[str, str] = {}
         self._hang = HangDetector(config.hang_timeout_s, clock=clock)
+        self._answers = AnswerWatch(config.hang_timeout_s, clock=clock)
         self._engine_metrics_error: str | None = None
         labels = ["source"]
         self._g_used = Gauge(
@@ -129,6 +136,7 @@ class HealthMonitor:
         for detector in self._detectors_snapshot():
             detector.reset(now)
         self._hang.reset()
+        self._answers.reset()
         self._g_hung.set(0)
 
     def _detectors_snapshot(self) -> list[LeakDetector]:
@@ -182,7 +190,14 @@ class HealthMonitor:
         result = self._hang.observe(
             self._clock(), counters.num_requests_running, counters.generation_tokens_total
         )
-        self._g_hung.set(1 if result.hung else 0)
+        self._g_hung.set(1 if result.hung or self._answers.assess(self._clock()).hung else 0)
+        return result
+
+    def observe_engine_answer(self, problem: str | None) -> HangAssessment:
+        """One poll of the engine's /health: ``problem`` None for a 200, else what went wrong."""
+
+        result = self._answers.observe(self._clock(), problem)
+        self._g_hung.set(1 if result.hung or self._hang.assess().hung else 0)
         return result
 
     # -- output --------------------------------------------------------------------------
@@ -204,11 +219,16 @@ class HealthMonitor:
         hang = self._hang.assess()
         if hang.hung and hang.reason:
             reasons.append(hang.reason)
+        silent = self._answers.assess(self._clock())
+        if silent.hung and silent.reason:
+            reasons.append(silent.reason)
         details = {
             "memory": memory,
             "engine": {
-                "hung": hang.hung,
+                "hung": hang.hung or silent.hung,
                 "stalled_for_s": None if hang.stalled_for_s is None else round(hang.stalled_for_s, 1),
+                "unanswered_for_s": None if silent.stalled_for_s is None else round(silent.stalled_for_s, 1),
+                "last_problem": self._answers.problem,
                 "metrics_error": self._engine_metrics_error,
             },
         }

@@ -8,7 +8,7 @@ Three output kinds are read, detected from the text itself:
     between versions and chips (910B: 96 columns, 910ProB: 93, 310P: 106) and some captures
     carry trailing spaces. Chip rows: the first row's first cell is ``NPU-ID Name``; the second
     row's first cell starts with the Chip column (followed by ``Device`` on 310P or ``Phy-ID`` on
-    A3, which are not used). Memory: the value in the ``HBM-Usage(MB)`` column, or on chips with
+    A3: the chip's physical device id, :attr:`ChipMemory.device_id`). Memory: the value in the ``HBM-Usage(MB)`` column, or on chips with
     no HBM column (310P) the single ``Memory-Usage(MB)`` (DDR) pair. Process rows: NPU, Chip,
     Process id, Process name (often blank in containers), Process memory(MB). PIDs are *host*
     PIDs, not the container's.
@@ -31,7 +31,8 @@ Three output kinds are read, detected from the text itself:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 __all__ = [
@@ -57,7 +58,11 @@ class NpuSmiParseError(ValueError):
 
 @dataclass(frozen=True)
 class ChipMemory:
-    """One chip: ``npu`` is the NPU ID column, ``chip`` the Chip column."""
+    """One chip: ``npu`` is the NPU ID column, ``chip`` the Chip column.
+
+    ``device_id`` is the physical device id printed beside the chip (``Phy-ID`` on A3, ``Device``
+    on 310P), None where the table has no such column (910B: one chip per NPU ID, which is the id).
+    """
 
     npu: int
     chip: int
@@ -65,6 +70,7 @@ class ChipMemory:
     hbm_used_mb: int | None = None
     hbm_total_mb: int | None = None
     hbm_usage_rate_pct: int | None = None
+    device_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,37 @@ class NpuSmiReport:
     chips: tuple[ChipMemory, ...] = ()
     processes: tuple[DeviceProcess, ...] = ()
     version: str | None = None
+
+    def device_ids(self) -> dict[tuple[int, int], int]:
+        """(NPU, chip) -> the physical device id that ``ASCEND_VISIBLE_DEVICES`` names.
+
+        The printed Phy-ID / Device column where there is one; else the NPU ID for NPUs with a
+        single chip. A chip whose id cannot be told is left out.
+        """
+
+        per_npu = Counter(chip.npu for chip in self.chips)
+        ids: dict[tuple[int, int], int] = {}
+        for chip in self.chips:
+            if chip.device_id is not None:
+                ids[(chip.npu, chip.chip)] = chip.device_id
+            elif per_npu[chip.npu] == 1:
+                ids[(chip.npu, chip.chip)] = chip.npu
+        return ids
+
+    def restricted_to(self, devices: frozenset[int] | None) -> NpuSmiReport:
+        """Only the chips with these physical device ids, and the processes on them (None: all).
+
+        On a node shared by several pods ``npu-smi`` can list every chip and every pod's
+        processes; a pod counts only its own.
+        """
+
+        if devices is None:
+            return self
+        ids = self.device_ids()
+        chips = tuple(chip for chip in self.chips if ids.get((chip.npu, chip.chip)) in devices)
+        kept = {(chip.npu, chip.chip) for chip in chips}
+        processes = tuple(p for p in self.processes if (p.npu, p.chip) in kept)
+        return replace(self, chips=chips, processes=processes)
 
     def to_json(self) -> dict[str, Any]:
         """The shape of the fixtures' ``.expected.json`` for this kind of output."""
@@ -264,6 +301,7 @@ def _parse_table(lines: list[str]) -> NpuSmiReport:
                     name=pending[1] or None,
                     hbm_used_mb=used,
                     hbm_total_mb=total,
+                    device_id=int(first[1]) if len(first) > 1 else None,
                 )
             )
             pending = None

@@ -8,16 +8,19 @@ round, so a flaky ``npu-smi`` never takes the pod down.
 What each source measures, and why:
 
 * :class:`NpuSmiSource` (Ascend): runs ``npu-smi info`` and sums HBM used / total over the
-  chips this container sees. It does not match processes by PID: the process section lists
-  *host* PIDs, which differ from the container's PID namespace, and names are often blank in
-  containers. With the Ascend Docker Runtime / device plugin the container only sees its own
-  chips, so the visible chips' totals are the engine's (plus a few hundred MB of driver context
-  per chip, constant). ``devices`` restricts the sum to given (NPU, chip) pairs when the
-  container sees more chips than it uses. ``per_process`` carries the host-PID map for
+  pod's chips. It does not match processes by PID: the process section lists *host* PIDs, which
+  differ from the container's PID namespace, and names are often blank in containers. Which chips
+  are the pod's: ``devices``, the physical device ids from ``ASCEND_VISIBLE_DEVICES`` /
+  ``ASCEND_RT_VISIBLE_DEVICES`` (:mod:`ascend_runtime.memory.devices`), so that on a node shared
+  by several pods a neighbour's chips never count; without them, every chip the container sees
+  (with the Ascend Docker Runtime, only its own). The chips' totals are the engine's (plus a few
+  hundred MB of driver context per chip, constant). ``per_process`` carries the host-PID map for
   diagnosis only.
 * :class:`DcmiSource` (Ascend, optional): the same numbers through ``libdcmi.so``
   (``dcmi_get_card_list``, ``dcmi_get_device_num_in_card``, ``dcmi_get_device_hbm_info``), as
-  Ascend's npu-exporter reads them, without a subprocess per sample. Chips without HBM (310P)
+  Ascend's npu-exporter reads them, without a subprocess per sample. DCMI enumerates every card
+  of the node, so with ``devices`` each chip's physical id (``dcmi_get_device_logic_id``, then
+  ``dcmi_get_device_phyid_from_logicid``) decides whether it counts. Chips without HBM (310P)
   are not supported by that call; :func:`select_sources` falls back to npu-smi.
 * :class:`NvmlSource` (CUDA): ``nvmlDeviceGetMemoryInfo`` summed over the visible GPUs
   (nvidia-ml-py, the ``cuda`` extra; imported when the source is built).
@@ -106,14 +109,14 @@ def run_command(argv: Sequence[str], timeout_s: float = 10.0) -> str:
 
 
 class NpuSmiSource:
-    """HBM of the visible Ascend chips, from ``npu-smi info``."""
+    """HBM of the pod's Ascend chips, from ``npu-smi info``."""
 
     kind: SourceKind = "device"
 
     def __init__(
         self,
         runner: Runner = run_command,
-        devices: Iterable[tuple[int, int]] | None = None,
+        devices: Iterable[int] | None = None,
         command: Sequence[str] = ("npu-smi", "info"),
         name: str = "npu-hbm",
     ) -> None:
@@ -128,10 +131,10 @@ class NpuSmiSource:
             report = parse_npu_smi(text)
         except NpuSmiParseError as error:
             raise MemorySourceError(f"{' '.join(self._command)}: {error}") from None
-        chips = [c for c in report.chips if self._devices is None or (c.npu, c.chip) in self._devices]
+        chips = list(report.restricted_to(self._devices).chips)
         if not chips:
-            wanted = "any chip" if self._devices is None else f"chips {sorted(self._devices)}"
-            raise MemorySourceError(f"{' '.join(self._command)} shows no {wanted}")
+            wanted = "no chip" if self._devices is None else f"none of the pod's devices {sorted(self._devices)}"
+            raise MemorySourceError(f"{' '.join(self._command)} shows {wanted}")
         if any(c.hbm_used_mb is None or c.hbm_total_mb is None for c in chips):
             raise MemorySourceError(f"{' '.join(self._command)} gives no used/total memory for some chips")
         seen = {(c.npu, c.chip) for c in chips}
@@ -167,9 +170,10 @@ _MAX_CARDS = 64
 
 
 class DcmiSource:
-    """HBM of the visible Ascend chips through ``libdcmi.so`` (no subprocess per sample).
+    """HBM of the pod's Ascend chips through ``libdcmi.so`` (no subprocess per sample).
 
-    Written from the public header (``dcmi_interface_api.h``); not yet run on an NPU.
+    Written from the public header (``dcmi_interface_api.h``); not yet run on an NPU. ``lib``
+    replaces the loaded library (tests).
     """
 
     kind: SourceKind = "device"
@@ -177,9 +181,16 @@ class DcmiSource:
     def __init__(
         self,
         library: str | None = None,
-        devices: Iterable[tuple[int, int]] | None = None,
+        devices: Iterable[int] | None = None,
         name: str = "npu-hbm",
+        lib: Any = None,
     ) -> None:
+        self._devices = None if devices is None else frozenset(devices)
+        self.name = name
+        self._lib = lib if lib is not None else self._load(library)
+        self._check("dcmi_init", self._lib.dcmi_init())
+
+    def _load(self, library: str | None) -> Any:
         path = (
             library
             or next((p for p in DCMI_PATHS if Path(p).exists()), None)
@@ -201,10 +212,15 @@ class DcmiSource:
         lib.dcmi_get_device_num_in_card.restype = ctypes.c_int
         lib.dcmi_get_device_hbm_info.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_DcmiHbmInfo)]
         lib.dcmi_get_device_hbm_info.restype = ctypes.c_int
-        self._lib = lib
-        self._check("dcmi_init", lib.dcmi_init())
-        self._devices = None if devices is None else frozenset(devices)
-        self.name = name
+        if self._devices is not None:
+            try:
+                lib.dcmi_get_device_logic_id.argtypes = [int_p, ctypes.c_int, ctypes.c_int]
+                lib.dcmi_get_device_logic_id.restype = ctypes.c_int
+                lib.dcmi_get_device_phyid_from_logicid.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_uint)]
+                lib.dcmi_get_device_phyid_from_logicid.restype = ctypes.c_int
+            except AttributeError as error:  # an old driver: npu-smi filters instead
+                raise MemorySourceError(f"{path} cannot map chips to device ids: {error}") from None
+        return lib
 
     @staticmethod
     def _check(call: str, code: int) -> None:
@@ -227,11 +243,21 @@ class DcmiSource:
             found.extend((card, device) for device in range(per_card.value))
         return found
 
+    def physical_id(self, card: int, device: int) -> int:
+        logic = ctypes.c_int()
+        self._check(f"dcmi_get_device_logic_id({card}, {device})",
+                    self._lib.dcmi_get_device_logic_id(ctypes.byref(logic), card, device))
+        physical = ctypes.c_uint()
+        self._check(f"dcmi_get_device_phyid_from_logicid({logic.value})",
+                    self._lib.dcmi_get_device_phyid_from_logicid(logic.value, ctypes.byref(physical)))
+        return physical.value
+
     def sample(self) -> MemorySample:
         used = total = 0.0
-        chips = [c for c in self.chips() if self._devices is None or c in self._devices]
+        chips = [c for c in self.chips() if self._devices is None or self.physical_id(*c) in self._devices]
         if not chips:
-            raise MemorySourceError("DCMI lists no visible chip")
+            wanted = "no chip" if self._devices is None else f"none of the pod's devices {sorted(self._devices)}"
+            raise MemorySourceError(f"DCMI lists {wanted}")
         for card, device in chips:
             info = _DcmiHbmInfo()
             self._check(
@@ -354,11 +380,13 @@ def select_sources(
     platform: str,
     engine_pid: int,
     *,
-    devices: Iterable[tuple[int, int]] | None = None,
+    devices: Iterable[int] | None = None,
     prefer_dcmi: bool = True,
     runner: Runner = run_command,
 ) -> list[MemorySource]:
     """The sources for a platform (``ascend``/``npu``, ``cuda``/``gpu``, ``cpu``); host RSS always.
+
+    ``devices``: the pod's physical NPU ids (:func:`~ascend_runtime.memory.devices.visible_devices`).
 
     A device source that cannot be set up here (no npu-smi, no NVML) is left out with a warning:
     the host source still guards the engine.
