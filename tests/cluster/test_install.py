@@ -245,7 +245,7 @@ def test_helm_upgrade_from_0_1_0_with_ha_after_adopting_the_peering_object(
 
 
 def test_resources_and_namespaces_delete_with_no_operator_running(
-        api: Any, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
+        kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
     namespace = namespaces.new("nop")
     kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(example(namespace)))
     kubectl.run("delete", "ald", "cpu-tiny", "-n", namespace, f"--timeout={SERVER_S}s")
