@@ -98,17 +98,18 @@ the tag defaults to the chart's appVersion.
 
 {{/*
 ascend-llm-operator.replicas: 1 unless HA is on, then ha.replicas. A single replica runs
-kopf with --standalone; several replicas need kopf's peering to keep only one active.
+--standalone; several replicas elect a leader with the Lease below, and only it reconciles.
 */}}
 {{- define "ascend-llm-operator.replicas" -}}
 {{- if .Values.ha.enabled }}{{ .Values.ha.replicas }}{{ else }}1{{ end }}
 {{- end }}
 
 {{/*
-ascend-llm-operator.peeringName: the kopf peering object the HA replicas share.
+ascend-llm-operator.leaseName: the coordination.k8s.io Lease the HA replicas elect a leader with
+(in the release namespace; templates/lease.yaml).
 */}}
-{{- define "ascend-llm-operator.peeringName" -}}
-{{- default (include "ascend-llm-operator.fullname" .) .Values.ha.peeringName }}
+{{- define "ascend-llm-operator.leaseName" -}}
+{{- default (include "ascend-llm-operator.fullname" .) .Values.ha.leaseName }}
 {{- end }}
 
 {{/*

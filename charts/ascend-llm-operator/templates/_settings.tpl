@@ -5,17 +5,19 @@ key engineRunAsUser -> ASCEND_LLM_OPERATOR_ENGINE_RUN_AS_USER. Scalars are passe
 lists and maps as JSON (pydantic-settings parses complex fields from JSON). A key left null is
 not passed, so the operator's own default applies. values.schema.json allows only the keys that
 OperatorSettings defines (tests/chart/test_chart.py keeps the two in step).
-The scope and peering come from the chart's own structure, not from .Values.settings:
-NAMESPACES from watchNamespaces (JSON list; empty = the whole cluster), STANDALONE and
-PEERING_NAME from ha, so the operator and kopf's command-line options never disagree.
+The scope and leader election come from the chart's own structure, not from .Values.settings:
+NAMESPACES from watchNamespaces (JSON list; empty = the whole cluster), STANDALONE, LEASE_NAME and
+LEASE_NAMESPACE from ha and the release, so the operator and the command line never disagree.
 */}}
 {{- define "ascend-llm-operator.settingsEnv" -}}
 - name: ASCEND_LLM_OPERATOR_NAMESPACES
   value: {{ toJson .Values.watchNamespaces | quote }}
 - name: ASCEND_LLM_OPERATOR_STANDALONE
   value: {{ (not .Values.ha.enabled) | toString | quote }}
-- name: ASCEND_LLM_OPERATOR_PEERING_NAME
-  value: {{ include "ascend-llm-operator.peeringName" . | quote }}
+- name: ASCEND_LLM_OPERATOR_LEASE_NAME
+  value: {{ include "ascend-llm-operator.leaseName" . | quote }}
+- name: ASCEND_LLM_OPERATOR_LEASE_NAMESPACE
+  value: {{ .Release.Namespace | quote }}
 {{- range $key, $value := .Values.settings }}
 {{- if not (kindIs "invalid" $value) }}
 - name: ASCEND_LLM_OPERATOR_{{ $key | snakecase | upper }}
