@@ -148,6 +148,19 @@ class EnsureResult:
     live: Mapping[str, Any] | None = None
 
 
+class NamespaceTerminating(Exception):
+    """The namespace is being deleted: nothing can be created in it any more (not an error)."""
+
+
+def _namespace_terminating(error: ApiException) -> bool:
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        return False
+    causes = ((body or {}).get("details") or {}).get("causes") or [] if isinstance(body, dict) else []
+    return any(cause.get("reason") == "NamespaceTerminating" for cause in causes)
+
+
 class ChildRefused(Exception):
     """The API server refused a child as built; ``message`` is the server's (it names the field)."""
 
@@ -298,6 +311,8 @@ class Kube:
                 field_manager=self._field_manager, force=True, _content_type=APPLY_CONTENT_TYPE,
             )
         except ApiException as error:
+            if error.status == 403 and _namespace_terminating(error):
+                raise NamespaceTerminating(meta["namespace"]) from error
             if error.status in REFUSED_STATUSES:
                 raise ChildRefused(kind.kind, meta["name"], error.status, server_message(error)) from error
             raise

@@ -114,7 +114,9 @@ class OperatorProcess:
                     "ASCEND_LLM_OPERATOR_PROGRESS_POLL_INTERVAL_S": "2",
                     "ASCEND_LLM_OPERATOR_STATUS_READ_TIMEOUT_S": "1",
                     "ASCEND_LLM_OPERATOR_RETRY_BACKOFF_BASE_S": "1",
-                    "ASCEND_LLM_OPERATOR_DISCOVERY_TTL_S": "5"})
+                    "ASCEND_LLM_OPERATOR_DISCOVERY_TTL_S": "5",
+                    # The examples' hostPath models, as an administrator would allow them.
+                    "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/models,/data/models"})
         env.update(self.env_overrides)
         log = self.log_path.open("ab")
         url = f"http://127.0.0.1:{self.liveness_port}/healthz"
@@ -197,7 +199,7 @@ def raw_get(api: Any, path: str) -> bytes:
 
 
 def writes(api: Any) -> dict[tuple[str, str, str], float]:
-    """Write requests counted by the API server: (verb, resource, subresource) -> count."""
+    """Write requests the API server counted and accepted: (verb, resource, subresource) -> count."""
 
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -210,6 +212,8 @@ def writes(api: Any) -> dict[tuple[str, str, str], float]:
             labels = sample.labels
             if not sample.name.endswith("_total") or labels.get("verb") not in WRITE_VERBS or labels.get("dry_run"):
                 continue
+            if not labels.get("code", "").startswith("2"):
+                continue  # refused requests changed nothing (e.g. creates in a namespace being deleted)
             key = (labels["verb"], labels.get("resource", ""), labels.get("subresource", ""))
             counts[key] = counts.get(key, 0) + sample.value
     return counts

@@ -28,7 +28,7 @@ from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.drift import find_drift
 from ascend_operator.names import label_value
-from conftest import ROOT, OperatorProcess, operator_writes, raw_get, wait_for, writes
+from conftest import ROOT, WAIT_S, OperatorProcess, operator_writes, raw_get, wait_for, writes
 
 pytestmark = pytest.mark.cluster
 
@@ -115,14 +115,23 @@ def rendered(api: Any, example: str, namespace: str) -> list[dict[str, Any]]:
 
 
 def wait_children_match(api: Any, children: list[dict[str, Any]]) -> None:
-    def matches() -> bool | list[str]:
+    problems: list[str] = []
+
+    def matches() -> bool:
+        problems.clear()
         for child in children:
             live = live_of(api, child)
-            if live is None or find_drift(child, live):
-                return False
-        return True
+            name = f"{child['kind']} {child['metadata']['name']}"
+            if live is None:
+                problems.append(f"{name} missing")
+            elif drift := find_drift(child, live):
+                problems.append(f"{name} differs at {drift}")
+        return not problems
 
-    wait_for("the children to match what render predicts", matches)
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and not matches():
+        time.sleep(0.2)
+    assert not problems, problems
 
 
 def wait_quiet(api: Any, seconds: float = 3.0) -> None:
@@ -170,9 +179,9 @@ def test_every_example_reconciles_as_render_predicts_and_an_idle_operator_writes
         wait_for(f"{name}'s status", lambda name=name: (get(api, namespace, name).get("status") or {})
                  .get("observedGeneration") == 1)
     wait_quiet(api)
-    before = writes(api)
+    before, log_mark = writes(api), len(operator.output())
     time.sleep(8)  # several watch events (controllers update the children's status) and polls
-    assert operator_writes(before, writes(api)) == {}
+    assert operator_writes(before, writes(api)) == {}, operator.output()[log_mark:][-4000:]
 
 
 def test_a_create_applies_each_child_once_and_a_restart_writes_nothing(
@@ -184,9 +193,10 @@ def test_a_create_applies_each_child_once_and_a_restart_writes_nothing(
     wait_quiet(api)
     counted = operator_writes(before, writes(api))
     applies = {key: value for key, value in counted.items() if key[0] == "APPLY"}
-    # ConfigMap, Service, Deployment, PodDisruptionBudget: one server-side apply each.
-    assert applies == {("APPLY", kind, ""): 1.0 for kind in ("configmaps", "services", "deployments",
-                                                              "poddisruptionbudgets")}
+    # ConfigMap, the two Services (the API's, the runtime's), Deployment, PodDisruptionBudget:
+    # one server-side apply each.
+    assert applies == {("APPLY", "configmaps", ""): 1, ("APPLY", "services", ""): 2,
+                       ("APPLY", "deployments", ""): 1, ("APPLY", "poddisruptionbudgets", ""): 1}
     status_patches = counted.get(("PATCH", "ascendllmdeployments", "status"), 0)
     assert 1 <= status_patches <= 3  # Pending -> (Loading) -> Ready as kwok readies the pods
     assert set(counted) - {("PATCH", "ascendllmdeployments", "status"), ("POST", "ascendllmdeployments", "")} \
@@ -382,9 +392,9 @@ def test_kill_9_mid_reconcile_leaves_no_duplicate_or_orphan(
     configs = core.list_namespaced_config_map(namespace, label_selector=selector).items
     pdbs = policy.list_namespaced_pod_disruption_budget(namespace, label_selector=selector).items
     uids = {get(api, namespace, name)["metadata"]["uid"] for name in names}
-    for objects in (deployments, services, configs, pdbs):
-        # Exactly one of each kind per resource, each owned by a live resource.
-        assert sorted(o.metadata.labels[RESOURCE_LABEL] for o in objects) == sorted(names)
+    for objects, per_resource in ((deployments, 1), (services, 2), (configs, 1), (pdbs, 1)):
+        # Exactly the children of each kind per resource (two Services), each owned by a live resource.
+        assert sorted(o.metadata.labels[RESOURCE_LABEL] for o in objects) == sorted(names * per_resource)
         assert {o.metadata.owner_references[0].uid for o in objects} == uids
 
 

@@ -48,7 +48,7 @@ from ascend_operator.builders import (
 )
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import OperatorContext
-from ascend_operator.k8s import CHILD_KINDS, HPA, ChildRefused, Outcome
+from ascend_operator.k8s import CHILD_KINDS, HPA, ChildRefused, NamespaceTerminating, Outcome
 from ascend_operator.names import label_value
 from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
@@ -171,6 +171,11 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         for child in desired:  # in order: the ConfigMap exists before the pods that mount it
             try:
                 result = await ctx.kube.ensure(child, uid)
+            except NamespaceTerminating:
+                # The namespace (and so this resource) is going: a child deleted by it is not
+                # drift, and nothing can be written there any more.
+                log.debug("%s/%s: the namespace is being deleted", namespace, name)
+                return None
             except ChildRefused as error:
                 refused = error
                 log.warning("%s/%s: %s", namespace, name, error)
