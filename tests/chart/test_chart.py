@@ -204,6 +204,8 @@ BAD_SETS = [
     pytest.param(("ha.enabled=true", "ha.replicas=1"), ["replicas"], id="ha-with-one-replica"),
     pytest.param(("securityContext.runAsRoot=true",), ["runAsRoot"], id="unknown-security-field"),
     pytest.param(("metrics.serviceMonitor.interval=30 seconds",), ["interval"], id="bad-duration"),
+    # The chart README's upgrade note: a 0.2.x values file naming the old key fails, naming it.
+    pytest.param(("ha.peeringName=ops",), ["peeringName"], id="chart-0.2-key"),
     pytest.param(("settings.leaseDurationS=1",), ["leaseDurationS"], id="lease-too-short"),
     pytest.param(("settings.leaseDurationS=15.5",), ["leaseDurationS"], id="lease-not-whole-seconds"),
     pytest.param(("settings.leaseRetryPeriodS=1",), ["leaseRetryPeriodS"], id="lease-retry-not-above-1"),
