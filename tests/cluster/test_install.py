@@ -3,8 +3,8 @@
 - ``kubectl apply --server-side -f crds/`` establishes the CRD;
 - the chart installs, upgrades and uninstalls with Helm 3 and Helm 4, and an uninstall leaves no
   object of the release behind (looked up by name and by the release's label), the Lease of HA
-  included; two HA releases (each with its own Lease), and two releases of one name in two
-  namespaces, install side by side;
+  included, and an upgrade keeps the leader's record on the Lease; two HA releases (each with its
+  own Lease), and two releases of one name in two namespaces, install side by side;
 - an AscendLLMDeployment and a namespace delete with no operator running, also after an operator
   has seen it (no finalizer);
 - the chart's own ServiceAccount is enough for the operator (run as a subprocess with that
@@ -200,6 +200,21 @@ def test_ha_releases_side_by_side_each_get_a_lease_that_goes_with_the_release(
         assert_gone(kubectl, release, objects)
         assert labelled(kubectl, [LEASES], release.name) == []
         assert names(live(kubectl, leases[index + 1:])) == names(leases[index + 1:]), "another release's Lease went"
+
+
+@pytest.mark.parametrize("helm_name", ["helm3", "helm4"])
+def test_helm_upgrade_keeps_the_leaders_election_record_on_the_lease(
+        helm_name: str, kubeconfig_path: str, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
+    # The manifest's Lease has an empty spec: an upgrade must not take the Lease from its leader.
+    release = namespaces.release(Tool(tool(helm_name), kubeconfig_path), "lease")
+    release.install("ha.enabled=true")
+    (lease,) = [o for o in release.objects() if o["kind"] == "Lease"]
+    where = (f"lease/{lease['metadata']['name']}", "-n", release.namespace)
+    record = {"holderIdentity": "leader-pod_0123abcd", "leaseDurationSeconds": 15}
+    kubectl.run("patch", *where, "--type=merge", "-p", yaml.safe_dump({"spec": record}))
+    release.upgrade("ha.enabled=true", "verbose=true")
+    spec = yaml.safe_load(kubectl.run("get", *where, "-o", "yaml").stdout)["spec"]
+    assert {key: spec.get(key) for key in record} == record
 
 
 def test_releases_of_one_name_in_two_namespaces_each_watching_its_own(
