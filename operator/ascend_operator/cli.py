@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                      help="Watch this namespace (repeatable; globs allowed). Default: the settings' "
                           "ASCEND_LLM_OPERATOR_NAMESPACES, else every namespace.")
     run.add_argument("--standalone", action="store_true",
-                     help="Run without peering (leader election); for a single replica or a local run.")
+                     help="Run without leader election (the Lease); for a single replica or a local run.")
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="Serve kopf's liveness probe here, for example http://0.0.0.0:8081/healthz.")
     run.add_argument("-v", "--verbose", action="store_true", help="Log more (kopf's verbose mode).")

@@ -3,7 +3,8 @@
 Run with ``ascend-llm operator run`` (or ``kopf run -m ascend_operator.main``).
 
 kopf is used for what it does well: watching (with server-side label selectors), re-listing
-after a dropped watch, peering, Events and the liveness endpoint. Every handler is an
+after a dropped watch, Events and the liveness endpoint (leader election is
+``ascend_operator.leader``'s). Every handler is an
 ``on.event`` handler, which writes nothing to the resource: no diff-base annotation and no
 finalizer, so deleting a resource (or its namespace) never waits for a running operator. The
 events feed a keyed work queue (``ascend_operator.workqueue``) that runs the level-based reconcile,

@@ -7,8 +7,10 @@ test until granted. No wildcard anywhere.
 
 Scopes: an operator that watches every namespace needs all rules in a ClusterRole
 (:func:`cluster_role_rules`). One that watches a list of namespaces needs the cluster-scoped
-rules in a ClusterRole and :func:`namespaced_rules` in a Role per watched namespace.
-Peering rules apply only when the operator is not standalone.
+rules in a ClusterRole and :func:`namespaced_rules` in a Role per watched namespace. Replicas
+that elect a leader (not standalone: the chart's ``ha.enabled``) also need
+:func:`leader_election_rules`, in a Role of the operator's own namespace: get and update of the
+one Lease they share (``ascend_operator.leader``), which the chart creates, so no create verb.
 
 Discovery (``GET /apis``, which ``ascend_operator.k8s.Kube.served`` reads to learn whether KEDA,
 a custom metrics API and LeaderWorkerSet are installed) needs no rule here: ``/api`` and ``/apis``
@@ -24,10 +26,6 @@ from typing import Any
 
 from ascend_operator.api import GROUP, PLURAL
 
-#: kopf's peering resources (kopf.dev/v1): ClusterKopfPeering when cluster-wide, else KopfPeering.
-KOPF_GROUP = "kopf.dev"
-
-
 @dataclass(frozen=True)
 class Rule:
     """One RBAC policy rule with the reason it exists."""
@@ -38,8 +36,8 @@ class Rule:
     comment: str
     #: The resources are cluster-scoped (or the rule is about the whole cluster).
     cluster_scoped: bool = False
-    #: Needed only when peering is on: "cluster" (watching all namespaces) or "namespaced".
-    peering: str | None = None
+    #: Needed only with leader election, on the one Lease, in the operator's own namespace.
+    leader_election: bool = False
     #: Needed only when the operator reads pod /state through the pod proxy (setting STATE_READ proxy).
     pod_proxy: bool = False
 
@@ -51,12 +49,11 @@ class Rule:
 
 OPERATOR_RULES: tuple[Rule, ...] = (
     # ---------------------------------------------------------------- framework (kopf)
-    Rule((KOPF_GROUP,), ("clusterkopfpeerings",), ("get", "list", "watch", "patch"),
-         "Framework: peering (leader election) of an operator that watches all namespaces",
-         cluster_scoped=True, peering="cluster"),
-    Rule((KOPF_GROUP,), ("kopfpeerings",), ("get", "list", "watch", "patch"),
-         "Framework: peering (leader election) of an operator that watches some namespaces",
-         peering="namespaced"),
+    # LeaseLock reads the Lease (get) and writes its holder and renew time (update, a PUT); it
+    # creates one only where none exists, and the chart creates it.
+    Rule(("coordination.k8s.io",), ("leases",), ("get", "update"),
+         "Framework: leader election of the HA replicas (ascend_operator.leader, LeaseLock)",
+         leader_election=True),
     Rule(("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch"),
          "Framework: noticing CRDs appear and go (kopf re-scans the served resources)", cluster_scoped=True),
     Rule(("",), ("namespaces",), ("list", "watch"),
@@ -101,26 +98,34 @@ OPERATOR_RULES: tuple[Rule, ...] = (
 )
 
 
-def _selected(*, peering: bool, clusterwide: bool, pod_proxy: bool = False) -> list[Rule]:
-    wanted = "cluster" if clusterwide else "namespaced"
+def _selected(*, clusterwide: bool, pod_proxy: bool) -> list[Rule]:
     return [rule for rule in OPERATOR_RULES
-            if (rule.peering is None or (peering and rule.peering == wanted)) and (pod_proxy or not rule.pod_proxy)]
+            if not rule.leader_election and (clusterwide or not rule.cluster_scoped)
+            and (pod_proxy or not rule.pod_proxy)]
 
 
-def cluster_role_rules(*, peering: bool = True, pod_proxy: bool = False) -> list[dict[str, Any]]:
-    """Every rule, for the ClusterRole of an operator that watches all namespaces."""
+def cluster_role_rules(*, pod_proxy: bool = False) -> list[dict[str, Any]]:
+    """Every rule on the watched resources, for the ClusterRole of an operator that watches all
+    namespaces (leader election's are in :func:`leader_election_rules`)."""
 
-    return [rule.as_policy_rule() for rule in _selected(peering=peering, clusterwide=True, pod_proxy=pod_proxy)]
+    return [rule.as_policy_rule() for rule in _selected(clusterwide=True, pod_proxy=pod_proxy)]
 
 
 def cluster_scoped_rules() -> list[dict[str, Any]]:
     """The rules a namespace-restricted operator still needs cluster-wide."""
 
-    return [rule.as_policy_rule() for rule in OPERATOR_RULES if rule.cluster_scoped and rule.peering is None]
+    return [rule.as_policy_rule() for rule in OPERATOR_RULES if rule.cluster_scoped]
 
 
-def namespaced_rules(*, peering: bool = True, pod_proxy: bool = False) -> list[dict[str, Any]]:
+def namespaced_rules(*, pod_proxy: bool = False) -> list[dict[str, Any]]:
     """The rules for a Role in each watched namespace of a namespace-restricted operator."""
 
-    return [rule.as_policy_rule() for rule in _selected(peering=peering, clusterwide=False, pod_proxy=pod_proxy)
-            if not rule.cluster_scoped]
+    return [rule.as_policy_rule() for rule in _selected(clusterwide=False, pod_proxy=pod_proxy)]
+
+
+def leader_election_rules(lease_name: str) -> list[dict[str, Any]]:
+    """The rules for a Role in the operator's own namespace when its replicas elect a leader:
+    limited to the Lease ``lease_name`` (``resourceNames``)."""
+
+    return [{**rule.as_policy_rule(), "resourceNames": [lease_name]}
+            for rule in OPERATOR_RULES if rule.leader_election]

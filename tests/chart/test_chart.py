@@ -4,13 +4,14 @@ Covers:
 - `helm lint --strict` and `helm template` for every ci/*-values.yaml, with both Helm versions;
 - every rendered object valid against the Kubernetes OpenAPI schemas (kubernetes-validate,
   strict, for 1.30, 1.36 and the newest it knows); the ServiceMonitor against the Prometheus
-  Operator CRD and the kopf peering objects against their CRD, unknown fields included;
+  Operator CRD, unknown fields included;
 - `--include-crds` renders the AscendLLMDeployment CRD, valid and identical to crds/;
 - bad values (unknown key, wrong type, bad enum, wildcard RBAC) refused by values.schema.json
   with the field named in Helm's message;
 - the RBAC equal to ascend_operator.rbac.OPERATOR_RULES, framework and application commented
-  apart, ClusterRole vs per-namespace Roles, peering rules only with HA;
-- the operator Deployment: standalone vs HA peering, watched namespaces, liveness, hardening;
+  apart, ClusterRole vs per-namespace Roles; with HA only, the Lease and a Role in the release
+  namespace for exactly that Lease, equal to ascend_operator.rbac.leader_election_rules;
+- the operator Deployment: standalone vs HA leader election, watched namespaces, liveness, hardening;
 - the settings env read back by the operator's own load_settings, and in step with OperatorSettings;
 - values.yaml documented field by field and listed in the README's table;
 - the Grafana dashboard's queries use metrics the runtime exports and labels the ServiceMonitor keeps.
@@ -110,17 +111,6 @@ def validate_object(obj: dict[str, Any], crd_schemas: dict[str, dict[str, Any]])
             )
 
 
-def peering_schemas(helm: Helm) -> dict[str, dict[str, Any]]:
-    """The peering kinds' schemas, from the kopf CRDs in the chart's crds/."""
-    schemas = {}
-    for crd in by_kind(helm.render(include_crds=True), "CustomResourceDefinition"):
-        if crd["spec"]["group"] != "kopf.dev":
-            continue
-        (version,) = crd["spec"]["versions"]
-        schemas[crd["spec"]["names"]["kind"]] = version["schema"]["openAPIV3Schema"]
-    return schemas
-
-
 # --- Lint and render over the values matrix ---------------------------------------------------
 
 
@@ -137,7 +127,7 @@ def test_lint_strict_passes_for_every_ci_values_file(helm: Helm, values_file: Pa
 def test_every_rendered_object_is_valid_kubernetes(helm: Helm, values_file: Path) -> None:
     objects = helm.render((values_file,))
     assert objects, "the chart rendered nothing"
-    schemas = {"ServiceMonitor": load_crd_schema(SERVICEMONITOR_CRD, "v1"), **peering_schemas(helm)}
+    schemas = {"ServiceMonitor": load_crd_schema(SERVICEMONITOR_CRD, "v1")}
     for obj in objects:
         validate_object(obj, schemas)
 
@@ -162,7 +152,7 @@ def test_every_object_carries_the_recommended_labels(helm: Helm) -> None:
             assert labels.get("app.kubernetes.io/name") == "ascend-llm-operator", obj["kind"]
             assert labels.get("app.kubernetes.io/instance") == "test-release", obj["kind"]
             assert labels.get("app.kubernetes.io/managed-by") == "Helm", obj["kind"]
-            assert labels.get("helm.sh/chart") == "ascend-llm-operator-0.2.0", obj["kind"]
+            assert labels.get("helm.sh/chart") == "ascend-llm-operator-0.3.0", obj["kind"]
             assert labels.get("app.kubernetes.io/version") == "0.1.0", obj["kind"]
 
 
@@ -214,6 +204,11 @@ BAD_SETS = [
     pytest.param(("ha.enabled=true", "ha.replicas=1"), ["replicas"], id="ha-with-one-replica"),
     pytest.param(("securityContext.runAsRoot=true",), ["runAsRoot"], id="unknown-security-field"),
     pytest.param(("metrics.serviceMonitor.interval=30 seconds",), ["interval"], id="bad-duration"),
+    # The chart README's upgrade note: a 0.2.x values file naming the old key fails, naming it.
+    pytest.param(("ha.peeringName=ops",), ["peeringName"], id="chart-0.2-key"),
+    pytest.param(("settings.leaseDurationS=1",), ["leaseDurationS"], id="lease-too-short"),
+    pytest.param(("settings.leaseDurationS=15.5",), ["leaseDurationS"], id="lease-not-whole-seconds"),
+    pytest.param(("settings.leaseRetryPeriodS=1",), ["leaseRetryPeriodS"], id="lease-retry-not-above-1"),
 ]
 
 
@@ -263,8 +258,8 @@ def rule_set(rules: list[dict[str, Any]]) -> set[tuple[tuple[str, ...], tuple[st
 def test_cluster_wide_rbac_equals_the_operator_rules(helm: Helm) -> None:
     objects = helm.render()
     role = one(objects, "ClusterRole")
-    assert rule_set(role["rules"]) == rule_set(rbac.cluster_role_rules(peering=False))
-    assert len(role["rules"]) == len(rbac.cluster_role_rules(peering=False)), "a rule rendered twice"
+    assert rule_set(role["rules"]) == rule_set(rbac.cluster_role_rules())
+    assert len(role["rules"]) == len(rbac.cluster_role_rules()), "a rule rendered twice"
     assert not by_kind(objects, "Role")
     # Cluster-scoped names carry the release namespace: same-named releases in two namespaces coexist.
     assert role["metadata"]["name"] == f"{FULLNAME}-{RELEASE_NAMESPACE}"
@@ -280,21 +275,64 @@ def test_cluster_wide_rbac_equals_the_operator_rules(helm: Helm) -> None:
     ]
 
 
-def test_cluster_wide_ha_rbac_equals_the_operator_rules_with_peering(helm: Helm) -> None:
-    role = one(helm.render(values("ha")), "ClusterRole")
-    assert rule_set(role["rules"]) == rule_set(rbac.cluster_role_rules(peering=True))
+def leader_election_roles(objects: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The Roles and RoleBindings of templates/lease.yaml (named <fullname>-leader-election)."""
+    name = f"{FULLNAME}-leader-election"
+    return ([o for o in by_kind(objects, "Role") if o["metadata"]["name"] == name],
+            [o for o in by_kind(objects, "RoleBinding") if o["metadata"]["name"] == name])
 
 
-@pytest.mark.parametrize(("name", "peering"), [("namespaced", False), ("namespaced-ha", True)])
-def test_namespaced_rbac_splits_cluster_and_namespace_rules(helm: Helm, name: str, peering: bool) -> None:
+@pytest.mark.parametrize(("name", "lease"), [("ha", FULLNAME), ("namespaced-ha", "llm-operators")])
+def test_ha_rbac_adds_exactly_the_operators_leader_election_rule(helm: Helm, name: str, lease: str) -> None:
+    objects = helm.render(values(name))
+    # The ClusterRole and the watched namespaces' Roles are those without HA: no Lease rule there.
+    expected = rbac.cluster_role_rules() if name == "ha" else rbac.cluster_scoped_rules()
+    assert rule_set(one(objects, "ClusterRole")["rules"]) == rule_set(expected)
+    (role,), (binding,) = leader_election_roles(objects)
+    assert role["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert role["rules"] == rbac.leader_election_rules(lease)
+    assert binding["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": RELEASE_NAMESPACE}]
+    # The template's comment is the operator's (the Framework:/Application: convention).
+    template = helm.template(values(name)).stdout
+    (comment,) = [rule.comment for rule in rbac.OPERATOR_RULES if rule.leader_election]
+    assert f"  # {comment}\n" in template
+
+
+def test_the_lease_and_its_rule_come_only_with_ha(helm: Helm) -> None:
+    def lease_rules(objects: list[dict[str, Any]]) -> list[tuple[str, str, tuple[str, ...]]]:
+        return [
+            (obj["kind"], obj["metadata"].get("namespace", ""), tuple(rule.get("resourceNames", ())))
+            for obj in objects
+            if obj["kind"] in ("ClusterRole", "Role")
+            for rule in obj["rules"]
+            if "leases" in rule["resources"]
+        ]
+
+    for name in ("default", "namespaced"):
+        objects = helm.render(values(name))
+        assert lease_rules(objects) == [] and not by_kind(objects, "Lease")
+        assert "ASCEND_LLM_OPERATOR_LEASE_NAME" in env_of(objects)  # passed, but unused when standalone
+    assert lease_rules(helm.render(values("ha"))) == [("Role", RELEASE_NAMESPACE, (FULLNAME,))]
+    assert lease_rules(helm.render(values("namespaced-ha"))) == [("Role", RELEASE_NAMESPACE, ("llm-operators",))]
+    # rbac.create false: the Lease still, its Role not (bind the rules yourself).
+    unbound = helm.render(values("ha"), ("rbac.create=false",))
+    assert by_kind(unbound, "Lease") and lease_rules(unbound) == [] and not by_kind(unbound, "RoleBinding")
+
+
+@pytest.mark.parametrize("name", ["namespaced", "namespaced-ha"])
+def test_namespaced_rbac_splits_cluster_and_namespace_rules(helm: Helm, name: str) -> None:
     objects = helm.render(values(name))
     watched = yaml.safe_load(CI[name].read_text(encoding="utf-8"))["watchNamespaces"]
-    roles = by_kind(objects, "Role")
+    lease_roles, lease_bindings = leader_election_roles(objects)
+    roles = [r for r in by_kind(objects, "Role") if r not in lease_roles]
     assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(watched)
     for role in roles:
-        assert rule_set(role["rules"]) == rule_set(rbac.namespaced_rules(peering=peering))
+        assert rule_set(role["rules"]) == rule_set(rbac.namespaced_rules())
     assert rule_set(one(objects, "ClusterRole")["rules"]) == rule_set(rbac.cluster_scoped_rules())
-    bindings = by_kind(objects, "RoleBinding")
+    bindings = [b for b in by_kind(objects, "RoleBinding") if b not in lease_bindings]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == sorted(watched)
     for binding in bindings:
         assert binding["roleRef"] == {
@@ -313,8 +351,9 @@ def test_values_rules_carry_the_operators_framework_and_application_comments() -
         f"{rule['kind'].capitalize()}: {rule['comment']}"
         for rule in rules["clusterRules"] + rules["namespacedRules"]
     }
-    # Like peering, the pod-proxy rule is added by the template (only with settings.stateRead proxy).
-    expected = {rule.comment for rule in rbac.OPERATOR_RULES if rule.peering is None and not rule.pod_proxy}
+    # The template adds the pod-proxy rule (only with settings.stateRead proxy), and lease.yaml
+    # the leader-election rule (only with ha.enabled).
+    expected = {rule.comment for rule in rbac.OPERATOR_RULES if not rule.leader_election and not rule.pod_proxy}
     assert rendered == expected
 
 
@@ -327,8 +366,7 @@ def test_pod_proxy_is_granted_only_with_state_read_proxy(helm: Helm, name: str, 
     assert all(proxy not in rule_set(role["rules"]) for role in by_kind(plain, kind) + by_kind(plain, "ClusterRole"))
     roles = by_kind(proxied, kind)
     assert roles and all(proxy in rule_set(role["rules"]) for role in roles)
-    expected = (rbac.cluster_role_rules(peering=False, pod_proxy=True) if clusterwide
-                else rbac.namespaced_rules(peering=False, pod_proxy=True))
+    expected = rbac.cluster_role_rules(pod_proxy=True) if clusterwide else rbac.namespaced_rules(pod_proxy=True)
     assert all(rule_set(role["rules"]) == rule_set(expected) for role in roles)
     if not clusterwide:  # scoped to the watched namespaces: never cluster-wide
         assert proxy not in rule_set(one(proxied, "ClusterRole")["rules"])
@@ -354,22 +392,6 @@ def test_rbac_has_no_wildcards_and_comments_every_rule(helm: Helm) -> None:
                     assert "*" not in rule[key], f"{name}: wildcard in {obj['kind']} {key}"
 
 
-def test_peering_rules_come_only_with_ha(helm: Helm) -> None:
-    def peering_rules(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
-        return [
-            (obj["kind"], obj["metadata"].get("namespace", ""), resource)
-            for obj in objects
-            if obj["kind"] in ("ClusterRole", "Role")
-            for rule in obj["rules"]
-            for resource in rule["resources"]
-            if "kopfpeering" in resource
-        ]
-
-    assert peering_rules(helm.render()) == []
-    assert peering_rules(helm.render(values("ha"))) == [("ClusterRole", "", "clusterkopfpeerings")]
-    assert peering_rules(helm.render(values("namespaced-ha"))) == [("Role", "llm-prod", "kopfpeerings")]
-
-
 # --- The operator Deployment -------------------------------------------------------------------
 
 
@@ -385,37 +407,38 @@ def test_default_is_one_standalone_replica_with_recreate(helm: Helm) -> None:
     env = env_of(objects)
     assert env["ASCEND_LLM_OPERATOR_STANDALONE"] == "true"
     assert env["ASCEND_LLM_OPERATOR_NAMESPACES"] == "[]"
-    assert not by_kind(objects, "ClusterKopfPeering") and not by_kind(objects, "CustomResourceDefinition")
+    assert not by_kind(objects, "Lease") and not by_kind(objects, "CustomResourceDefinition")
 
 
-def test_ha_runs_replicas_that_share_a_peering_object(helm: Helm) -> None:
+def test_ha_runs_replicas_that_elect_a_leader_with_a_lease(helm: Helm) -> None:
     objects = helm.render(values("ha"))
     deployment = one(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 3
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     assert container(objects)["args"] == ["--liveness=http://0.0.0.0:8080/healthz"]
-    peering = one(objects, "ClusterKopfPeering")
-    assert peering["apiVersion"] == "kopf.dev/v1" and peering["metadata"]["name"] == FULLNAME
-    # An ordinary object of the release (not a hook), so `helm uninstall` deletes it.
-    assert "annotations" not in peering["metadata"]
-    # Its CRDs come from crds/ (created before Helm maps the release's kinds), not from templates.
+    lease = one(objects, "Lease")
+    assert lease["apiVersion"] == "coordination.k8s.io/v1"
+    assert (lease["metadata"]["namespace"], lease["metadata"]["name"]) == (RELEASE_NAMESPACE, FULLNAME)
+    # An ordinary object of the release (not a hook), so `helm uninstall` deletes it; no holder
+    # in the manifest, so an upgrade leaves the operator's election record alone.
+    assert "annotations" not in lease["metadata"] and lease["spec"] == {}
+    # No CRD but the AscendLLMDeployment's (kopf.dev's are gone with kopf's HA).
     assert not by_kind(objects, "CustomResourceDefinition")
-    crds = {crd["metadata"]["name"] for crd in by_kind(helm.render(include_crds=True), "CustomResourceDefinition")
-            if crd["spec"]["group"] == "kopf.dev"}
-    assert crds == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+    crds = {crd["metadata"]["name"] for crd in by_kind(helm.render(include_crds=True), "CustomResourceDefinition")}
+    assert crds == {"ascendllmdeployments.llm.ascend.dev"}
     env = env_of(objects)
     assert env["ASCEND_LLM_OPERATOR_STANDALONE"] == "false"
-    assert env["ASCEND_LLM_OPERATOR_PEERING_NAME"] == FULLNAME
+    assert env["ASCEND_LLM_OPERATOR_LEASE_NAME"] == FULLNAME
+    assert env["ASCEND_LLM_OPERATOR_LEASE_NAMESPACE"] == RELEASE_NAMESPACE
 
 
-def test_namespaced_ha_uses_a_peering_object_per_watched_namespace(helm: Helm) -> None:
+def test_namespaced_ha_keeps_its_lease_in_the_release_namespace(helm: Helm) -> None:
     objects = helm.render(values("namespaced-ha"))
-    peerings = by_kind(objects, "KopfPeering")
-    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in peerings] == [
-        ("llm-prod", "llm-operators")
-    ]
-    assert "annotations" not in peerings[0]["metadata"], "the peering object must not be a Helm hook"
-    assert env_of(objects)["ASCEND_LLM_OPERATOR_PEERING_NAME"] == "llm-operators"
+    lease = one(objects, "Lease")
+    assert (lease["metadata"]["namespace"], lease["metadata"]["name"]) == (RELEASE_NAMESPACE, "llm-operators")
+    env = env_of(objects)
+    assert (env["ASCEND_LLM_OPERATOR_LEASE_NAME"], env["ASCEND_LLM_OPERATOR_LEASE_NAMESPACE"]) == (
+        "llm-operators", RELEASE_NAMESPACE)
     assert container(objects)["args"] == ["--namespace=llm-prod", "--liveness=http://0.0.0.0:8080/healthz"]
 
 
@@ -475,7 +498,7 @@ def test_default_settings_env_loads_to_the_operators_own_defaults(helm: Helm) ->
     from ascend_operator.settings import OperatorSettings, load_settings
 
     loaded = load_settings(settings_env(helm.render()))
-    expected = OperatorSettings(standalone=True, peering_name=FULLNAME)
+    expected = OperatorSettings(standalone=True, lease_name=FULLNAME, lease_namespace=RELEASE_NAMESPACE)
     # values.yaml repeats the operator's defaults; a changed default in settings.py must be
     # mirrored there (or set to null), which this comparison enforces.
     assert loaded.model_dump() == expected.model_dump()
@@ -498,6 +521,8 @@ def test_settings_values_reach_the_operator(helm: Helm) -> None:
     assert images.image_repository == "registry.example.com/ai/ascend-llm-runtime"
     assert images.cpu_image == "registry.example.com/ai/ascend-llm-runtime:0.1.0-vllm-cpu"
     assert images.resource_name_910b == "huawei.com/Ascend910B"
+    lease = load_settings(settings_env(helm.render(values("ha"))))
+    assert (lease.lease_duration_s, lease.lease_renew_deadline_s, lease.lease_retry_period_s) == (20, 12.5, 3.0)
     # null is "not passed": the operator's default applies.
     assert "ASCEND_LLM_OPERATOR_ENGINE_FS_GROUP" not in settings_env(helm.render(values("custom-images")))
 
@@ -506,15 +531,12 @@ def test_chart_exposes_every_operator_setting(helm4: Helm) -> None:
     from ascend_operator.settings import OperatorSettings
 
     chart_settings = yaml.safe_load((CHART_DIR / "values.yaml").read_text(encoding="utf-8"))["settings"]
-    # Three settings follow from the chart's structure (watchNamespaces, ha) instead.
-    derived = {"namespaces", "standalone", "peering_name"}
-    # api_server is for tests and local development (no TLS checks): never set by the chart.
+    # Four settings follow from the chart's structure (watchNamespaces, ha, the release) instead.
+    derived = {"namespaces", "standalone", "lease_name", "lease_namespace"}
+    # An explicit API URL is for tests and local development: in its pod the operator uses the
+    # in-cluster service account, and the CA file and skipping TLS checks apply only with that URL.
     local_only = {"api_server", "api_ca_file", "api_insecure_skip_tls_verify"}
-    # Helm's snakecase (the env names in _settings.tpl): a break before an upper-case letter or a
-    # digit that follows a lower-case letter, and before an upper-case letter that starts a word.
-    snake = {
-        re.sub(r"(?<=[a-z])(?=[A-Z0-9])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key).lower() for key in chart_settings
-    }
+    snake = {snake_case(key) for key in chart_settings}
     rendered = {name.removeprefix("ASCEND_LLM_OPERATOR_").lower() for name in settings_env(helm4.render())}
     assert {key for key in snake if key in rendered} | derived == rendered, (
         "the rule above differs from Helm's"
@@ -522,6 +544,32 @@ def test_chart_exposes_every_operator_setting(helm4: Helm) -> None:
     assert snake | derived | local_only == set(OperatorSettings.model_fields)
     schema = json.loads((CHART_DIR / "values.schema.json").read_text(encoding="utf-8"))
     assert set(schema["properties"]["settings"]["properties"]) == set(chart_settings)
+
+
+def snake_case(key: str) -> str:
+    """Helm's snakecase (the env names in _settings.tpl): a break before an upper-case letter or a
+    digit that follows a lower-case letter, and before an upper-case letter that starts a word."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z0-9])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key).lower()
+
+
+def test_settings_schema_has_the_operators_types_and_bounds() -> None:
+    # A value the schema lets through but the operator refuses would fail only at the operator's
+    # start, in its pod; the schema refuses it at `helm install` instead.
+    from ascend_operator.settings import OperatorSettings
+
+    bound_keys = {"ge": "minimum", "gt": "exclusiveMinimum", "le": "maximum", "lt": "exclusiveMaximum"}
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text(encoding="utf-8"))
+    checked = 0
+    for key, spec in schema["properties"]["settings"]["properties"].items():
+        field = OperatorSettings.model_fields[snake_case(key)]
+        if field.annotation not in (int, float):
+            continue
+        assert spec["type"] == ("integer" if field.annotation is int else "number"), key
+        bounds = {bound_keys[name]: getattr(meta, name) for meta in field.metadata for name in bound_keys
+                  if getattr(meta, name, None) is not None}
+        assert {k: spec[k] for k in bound_keys.values() if k in spec} == bounds, key
+        checked += 1
+    assert checked >= 30
 
 
 # --- values.yaml documentation and README ------------------------------------------------------

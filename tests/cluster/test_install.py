@@ -2,14 +2,16 @@
 
 - ``kubectl apply --server-side -f crds/`` establishes the CRD;
 - the chart installs, upgrades and uninstalls with Helm 3 and Helm 4, and an uninstall leaves no
-  object of the release behind (looked up by name and by the release's label), the kopf peering
-  objects of HA included; two HA releases, and two releases of one name in two namespaces, install
-  side by side; an HA release of chart 0.1.0 upgrades after the README's adoption step;
-- an AscendLLMDeployment and a namespace delete with no operator running;
+  object of the release behind (looked up by name and by the release's label), the Lease of HA
+  included, and an upgrade keeps the leader's record on the Lease; two HA releases (each with its
+  own Lease), and two releases of one name in two namespaces, install side by side;
+- an AscendLLMDeployment and a namespace delete with no operator running, also after an operator
+  has seen it (no finalizer);
 - the chart's own ServiceAccount is enough for the operator (run as a subprocess with that
   account's token and the Deployment's args and env, watching one namespace or all, standalone
-  or HA): its children and status appear and nothing is refused (any 403 fails); uninstalling it
-  then leaves the resource, its children and its running pods;
+  or HA; with HA it leads through the release's Lease first): its children and status appear and
+  nothing is refused (any 403 fails); uninstalling it then leaves the resource, its children and
+  its running pods;
 - every object the chart renders for each ``ci/`` values file passes the server's validation
   (``kubectl apply --dry-run=server``);
 - last, deleting the CRD deletes the resources and, by garbage collection, their children (the
@@ -23,8 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,30 +59,25 @@ from install_harness import (
 pytestmark = pytest.mark.cluster
 
 ALD_CRD = "ascendllmdeployments.llm.ascend.dev"
-PEERING_KINDS = ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
+LEASES = "leases.coordination.k8s.io"
 #: Every kind the chart renders with some values (the ServiceMonitor's CRD aside, which may be absent).
 CHART_KINDS = ("deployments.apps", "serviceaccounts", "configmaps", "clusterroles.rbac.authorization.k8s.io",
                "clusterrolebindings.rbac.authorization.k8s.io", "roles.rbac.authorization.k8s.io",
-               "rolebindings.rbac.authorization.k8s.io", *PEERING_KINDS)
+               "rolebindings.rbac.authorization.k8s.io", LEASES)
 EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
+#: The host directory the example's model lies under, which the operator's policy must allow.
+MODELS_DIR = "/models"
 #: Seconds for the operator to start and reconcile one resource (kopf's imports take a few).
 OPERATOR_S = 60
-#: A commit with chart 0.1.0, whose peering object was a Helm hook (what an upgrade starts from).
-OLD_CHART_COMMIT = "dcbcae8421ba7db7e63e7cc69429173fa4d00cbb"
 #: Resync interval of the operator in the RBAC tests, seconds.
 RESYNC_S = 1
 #: Output of the operator that means a request was refused by RBAC (after the log line's time).
 REFUSED = re.compile(r"\b403\b|forbidden", re.IGNORECASE)
+#: The operator's log line once it holds the Lease (ascend_operator.leader).
+LEADS = "leads; reconciling"
 #: The operator's debug line for a pod whose /state it could not read.
 STATE_UNREADABLE = re.compile(r"state of pod \S+ not readable")
 LOG_TIME = re.compile(r"^\[[-\d]+ [:\d]+,\d+\]")
-
-
-@pytest.fixture(scope="module")
-def api(kubeconfig_path: str) -> Any:
-    import kubernetes
-
-    return kubernetes.config.new_client_from_config(config_file=kubeconfig_path)
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +87,11 @@ def kubectl(kubeconfig_path: str) -> Tool:
 
 @pytest.fixture(scope="module")
 def crd(kubectl: Tool) -> None:
-    """The CRDs of the chart's crds/ (the AscendLLMDeployment's, kopf's peering) established."""
+    """The chart's crds/ (the AscendLLMDeployment CRD) applied as its README says, established."""
 
-    kubectl.run("apply", "--server-side", "-f", str(CHART_DIR / "crds"))
-    wait_established(kubectl, ALD_CRD, *PEERING_KINDS)
+    applied = kubectl.run("apply", "--server-side", "-f", str(CHART_DIR / "crds"))
+    assert applied.stdout.count("serverside-applied") == 1, applied.stdout
+    wait_established(kubectl, ALD_CRD)
 
 
 @pytest.fixture
@@ -177,9 +173,10 @@ def test_the_operator_pods_pass_the_restricted_pod_security_standard(
 
 
 @pytest.mark.parametrize("scope", ["cluster-wide", "namespaced"])
-def test_ha_peering_objects_go_with_the_release(
+def test_ha_releases_side_by_side_each_get_a_lease_that_goes_with_the_release(
         scope: str, helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
-    # Two HA releases side by side (each its own peering object), one after another uninstalled.
+    # Two HA releases side by side, each with its own Lease in its own namespace, one after another
+    # uninstalled; the first one's Lease must survive the second's uninstall and vice versa.
     releases = []
     for _ in range(2):
         release = namespaces.release(helm4, "ha")
@@ -188,18 +185,36 @@ def test_ha_peering_objects_go_with_the_release(
             sets.append(f"watchNamespaces={{{namespaces.new('watched')}}}")
         release.install(*sets)
         releases.append(release)
-    kind = "ClusterKopfPeering" if scope == "cluster-wide" else "KopfPeering"
+    leases = []
     for release in releases:
         objects = release.objects()
-        peerings = [o for o in objects if o["kind"] == kind]
-        assert len(peerings) == 1, names(objects)
-        assert names(live(kubectl, peerings)) == names(peerings)
+        (lease,) = [o for o in objects if o["kind"] == "Lease"]
+        assert lease["metadata"]["namespace"] == release.namespace
+        assert names(live(kubectl, [lease])) == names([lease])
+        leases.append(lease)
+    assert len(set(names(leases))) == 2
 
-    for release in releases:
+    for index, release in enumerate(releases):
         objects = release.objects()
         release.uninstall()
         assert_gone(kubectl, release, objects)
-        assert labelled(kubectl, PEERING_KINDS, release.name) == []
+        assert labelled(kubectl, [LEASES], release.name) == []
+        assert names(live(kubectl, leases[index + 1:])) == names(leases[index + 1:]), "another release's Lease went"
+
+
+@pytest.mark.parametrize("helm_name", ["helm3", "helm4"])
+def test_helm_upgrade_keeps_the_leaders_election_record_on_the_lease(
+        helm_name: str, kubeconfig_path: str, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
+    # The manifest's Lease has an empty spec: an upgrade must not take the Lease from its leader.
+    release = namespaces.release(Tool(tool(helm_name), kubeconfig_path), "lease")
+    release.install("ha.enabled=true")
+    (lease,) = [o for o in release.objects() if o["kind"] == "Lease"]
+    where = (f"lease/{lease['metadata']['name']}", "-n", release.namespace)
+    record = {"holderIdentity": "leader-pod_0123abcd", "leaseDurationSeconds": 15}
+    kubectl.run("patch", *where, "--type=merge", "-p", yaml.safe_dump({"spec": record}))
+    release.upgrade("ha.enabled=true", "verbose=true")
+    spec = yaml.safe_load(kubectl.run("get", *where, "-o", "yaml").stdout)["spec"]
+    assert {key: spec.get(key) for key in record} == record
 
 
 def test_releases_of_one_name_in_two_namespaces_each_watching_its_own(
@@ -215,30 +230,6 @@ def test_releases_of_one_name_in_two_namespaces_each_watching_its_own(
         release.uninstall()
     for release, rendered in zip(releases, objects, strict=True):
         assert_gone(kubectl, release, rendered)
-
-
-def test_helm_upgrade_from_0_1_0_with_ha_after_adopting_the_peering_object(
-        helm4: Tool, kubectl: Tool, crd: None, namespaces: Namespaces, tmp_path: Path) -> None:
-    """Chart 0.1.0 made the peering object a Helm hook; the chart README's upgrade step adopts it."""
-
-    old = tmp_path / "old"
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", OLD_CHART_COMMIT,
-                              "charts/ascend-llm-operator"], capture_output=True, check=False)
-    if archive.returncode != 0:
-        pytest.skip(f"chart 0.1.0 ({OLD_CHART_COMMIT}) not in this checkout's history")
-    old.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-    release = namespaces.release(helm4, "ha")
-    # 0.1.0 would try to own the shared peering CRDs; they exist already (the crd fixture).
-    release.install("ha.enabled=true", "ha.createPeeringCRDs=false", chart=old / "charts" / "ascend-llm-operator")
-    peering = f"clusterkopfpeering/{release.name}-ascend-llm-operator"
-    kubectl.run("annotate", peering, f"meta.helm.sh/release-name={release.name}",
-                f"meta.helm.sh/release-namespace={release.namespace}", "helm.sh/hook-", "helm.sh/hook-delete-policy-")
-    release.upgrade("ha.enabled=true")
-    objects = release.objects()
-    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterKopfPeering"] == [peering.split("/")[1]]
-    release.uninstall()
-    assert_gone(kubectl, release, objects)
 
 
 # ------------------------------------------------------------------------------ deletes without an operator
@@ -329,13 +320,19 @@ def test_the_charts_service_account_is_enough_for_the_operator(
     release = namespaces.release(helm4, "rbac")
     # Verbose: the operator logs refused reads of a pod's state at debug level. A short resync
     # makes the periodic pass (pods, their state through the pod proxy) run within the test.
-    sets = ["verbose=true", f"settings.resyncIntervalS={RESYNC_S}"]
+    # Outside a pod the operator reads /state through the pod proxy: stateRead proxy, as the
+    # chart README says for such an operator (the chart then grants pods/proxy get).
+    sets = ["verbose=true", f"settings.resyncIntervalS={RESYNC_S}", f"settings.hostPathPrefixes={{{MODELS_DIR}}}",
+            "settings.stateRead=proxy"]
     if scope.startswith("namespaced"):
         sets.append(f"watchNamespaces={{{watched}}}")
     if scope.endswith("-ha"):
-        sets.append("ha.enabled=true")  # kopf's peering instead of --standalone
+        sets.append("ha.enabled=true")  # leader election through the release's Lease, no --standalone
     release.install(*sets)
-    account = next(o for o in release.objects() if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    rendered = release.objects()
+    account = next(o for o in rendered if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    lease = next((o for o in rendered if o["kind"] == "Lease"), None)
+    assert (lease is not None) == scope.endswith("-ha")
     kubeconfig = service_account_kubeconfig(api, release.namespace, account, tmp_path / "operator.kubeconfig")
 
     custom = kubernetes.client.CustomObjectsApi(api)
@@ -349,7 +346,17 @@ def test_the_charts_service_account_is_enough_for_the_operator(
 
     try:
         operator, liveness = operator_as_the_chart_runs_it(kubectl, release, kubeconfig)
+        if lease is not None:  # the Deployment's env names the release's Lease, as the chart sets it
+            assert (operator.env["ASCEND_LLM_OPERATOR_STANDALONE"], operator.env["ASCEND_LLM_OPERATOR_LEASE_NAME"],
+                    operator.env["ASCEND_LLM_OPERATOR_LEASE_NAMESPACE"]) == (
+                "false", lease["metadata"]["name"], release.namespace)
+            assert "--standalone" not in operator.args
         with operator:
+            if lease is not None:  # it leads (get and update of the Lease granted) before it reconciles
+                operator.wait_for_line(LEADS, OPERATOR_S)
+                holder = kubectl.run("get", "lease", lease["metadata"]["name"], "-n", release.namespace,
+                                     "-o", "jsonpath={.spec.holderIdentity}").stdout
+                assert holder.startswith(f"{operator.env['POD_ID']}_"), holder
             created = custom.create_namespaced_custom_object(GROUP, VERSION, watched, PLURAL, body)
             children = wait_for("the children", lambda: unrefused((found := live(kubectl, expected))
                                 and len(found) == len(expected) and found), OPERATOR_S)
@@ -359,6 +366,8 @@ def test_the_charts_service_account_is_enough_for_the_operator(
             # A resync pass got as far as reading the running pod's state.
             operator.wait_for_line(rf'"GET /api/v1/namespaces/{watched}/pods/[^"]*/proxy/', OPERATOR_S)
             assert operator.running, operator.output
+            if lease is None:
+                assert LEADS not in operator.output, "a standalone operator elected a leader"
             # The chart's liveness probe asks what kopf serves.
             with urlopen(liveness, timeout=5) as answer:
                 assert answer.status == 200
@@ -381,8 +390,6 @@ def test_the_charts_service_account_is_enough_for_the_operator(
         remove_resources(kubectl, watched)
 
 
-@pytest.mark.xfail(strict=True, reason="kopf's resync daemon puts a finalizer on every resource it sees "
-                                       "(issue #10 item 5); remove this mark once the operator puts none")
 def test_a_resource_the_operator_saw_deletes_with_no_operator_running(
         kubeconfig_path: str, kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
     from ascend_operator.cli import render_children
@@ -390,7 +397,8 @@ def test_a_resource_the_operator_saw_deletes_with_no_operator_running(
     namespace = namespaces.new("seen")
     body = example(namespace)
     expected = render_children(body)
-    env = {**os.environ, "KUBECONFIG": kubeconfig_path, "PYTHONPATH": f"{ROOT / 'runtime'}:{ROOT / 'operator'}"}
+    env = {**os.environ, "KUBECONFIG": kubeconfig_path, "PYTHONPATH": f"{ROOT / 'runtime'}:{ROOT / 'operator'}",
+           "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": MODELS_DIR}
     try:
         with OperatorProcess(["--standalone", "--namespace", namespace], env):
             kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(body))

@@ -3,7 +3,8 @@
 Covered: no wildcard in any rule; every rule says whether kopf or the application needs it; the
 application rules grant exactly ``k8s.API_VERBS`` (what ``Kube._call`` allows), and every verb
 literal passed to ``_call`` in k8s.py is declared there; the scope helpers (all namespaces,
-some namespaces, peering on/off) select the right rules.
+some namespaces) select the right rules; leader election gets get and update of the one Lease
+only, in none of the other roles.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ascend_operator.rbac import (
     OPERATOR_RULES,
     cluster_role_rules,
     cluster_scoped_rules,
+    leader_election_rules,
     namespaced_rules,
 )
 
@@ -61,18 +63,56 @@ def test_every_verb_k8s_py_calls_is_declared_and_every_declared_verb_is_called()
 
 
 def test_scopes() -> None:
-    everything = cluster_role_rules(peering=True)
-    assert {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"],
-            "verbs": ["get", "list", "watch", "patch"]} in everything
-    assert not any("kopfpeerings" in r["resources"] for r in everything)
-    assert not any("peerings" in " ".join(r["resources"]) for r in cluster_role_rules(peering=False))
+    everything = cluster_role_rules()
     cluster_only = cluster_scoped_rules()
     assert {r["resources"][0] for r in cluster_only} == {"customresourcedefinitions", "namespaces"}
-    per_namespace = namespaced_rules(peering=True)
-    assert {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
-            "verbs": ["get", "list", "watch", "patch"]} in per_namespace
+    assert all(r in everything for r in cluster_only)
+    per_namespace = namespaced_rules()
     assert not any(r in per_namespace for r in cluster_only)
-    assert len(everything) == len(OPERATOR_RULES) - 2  # all but the namespaced peering and the pod proxy
+    assert len(everything) == len(per_namespace) + len(cluster_only)
+    assert len(everything) == len(OPERATOR_RULES) - 2  # all but the Lease and the pod proxy
+
+
+def test_leader_election_may_read_and_renew_one_lease_and_nothing_else() -> None:
+    assert leader_election_rules("ops-lease") == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+         "resourceNames": ["ops-lease"]},
+    ]
+    # Never in the roles of the watched namespaces or the cluster: a Lease elsewhere is not ours.
+    for rules in (cluster_role_rules(), cluster_role_rules(pod_proxy=True), namespaced_rules(pod_proxy=True),
+                  cluster_scoped_rules()):
+        assert not any("leases" in r["resources"] for r in rules)
+
+
+def test_leader_election_calls_only_the_granted_verbs_on_an_existing_lease() -> None:
+    # The client's LeaseLock against a recording API: with the Lease there (the chart creates
+    # it), acquiring and renewing it reads (get) and replaces (update) it, never creates it.
+    import kubernetes
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    calls: list[str] = []
+    lease = kubernetes.client.V1Lease(metadata=kubernetes.client.V1ObjectMeta(name="l", namespace="ns"),
+                                      spec=kubernetes.client.V1LeaseSpec())
+
+    class Recording:
+        def read_namespaced_lease(self, name: str, namespace: str) -> kubernetes.client.V1Lease:
+            calls.append("get")
+            return lease
+
+        def replace_namespaced_lease(self, name: str, namespace: str, body: kubernetes.client.V1Lease) -> None:
+            calls.append("update")
+
+        def create_namespaced_lease(self, namespace: str, body: kubernetes.client.V1Lease) -> None:
+            calls.append("create")
+
+    lock = LeaseLock("l", "ns", "me")
+    lock.api_instance = Recording()
+    election = leaderelection.LeaderElection(electionconfig.Config(
+        lock, 15, 10, 2, onstarted_leading=lambda: None, onstopped_leading=lambda: None))
+    assert election.try_acquire_or_renew() and election.try_acquire_or_renew()
+    granted = {verb for rule in leader_election_rules("l") for verb in rule["verbs"]}
+    assert calls == ["get", "update", "get", "update"] and set(calls) <= granted, calls
 
 
 def test_pod_proxy_is_granted_only_when_state_is_read_through_it() -> None:
