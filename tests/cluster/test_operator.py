@@ -198,7 +198,9 @@ def test_a_create_applies_each_child_once_and_a_restart_writes_nothing(
     assert applies == {("APPLY", "configmaps", ""): 1, ("APPLY", "services", ""): 2,
                        ("APPLY", "deployments", ""): 1, ("APPLY", "poddisruptionbudgets", ""): 1}
     status_patches = counted.get(("PATCH", "ascendllmdeployments", "status"), 0)
-    assert 1 <= status_patches <= 3  # Pending -> (Loading) -> Ready as kwok readies the pods
+    # One patch per status the operator saw on the way (no pods, pods pending, 1/2, 2/2 ready,
+    # as kwok schedules and readies them); each is a change, and nothing is patched twice.
+    assert 1 <= status_patches <= 6
     assert set(counted) - {("PATCH", "ascendllmdeployments", "status"), ("POST", "ascendllmdeployments", "")} \
         == set(applies)
 
