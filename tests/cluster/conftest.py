@@ -17,19 +17,17 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 import yaml
+from install_harness import ROOT, OperatorProcess, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 ADDON_CRDS = ("leaderworkerset.x-k8s.io_leaderworkersets.yaml", "keda.sh_scaledobjects.yaml")
 #: How long a test waits for something the operator does within seconds.
 WAIT_S = 60.0
@@ -47,17 +45,6 @@ OPERATOR_WRITES = frozenset({
     ("horizontalpodautoscalers", ""), ("leaderworkersets", ""), ("scaledobjects", ""),
     ("ascendllmdeployments", ""), ("ascendllmdeployments", "status"),
 })
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = WAIT_S, interval_s: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval_s)
-    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="session")
@@ -97,15 +84,17 @@ def crds(api: Any) -> list[str]:
 
 
 @dataclass
-class OperatorProcess:
-    """The operator as a subprocess (``ascend-llm operator run``), restartable and killable."""
+class OperatorUnderTest:
+    """The operator of this tier: ``ascend-llm operator run`` watching ``op-*`` namespaces, as a
+    subprocess (``install_harness.OperatorProcess``) that tests stop, kill and start again; its
+    output is kept across restarts."""
 
     kubeconfig: str
-    log_path: Path
     env_overrides: dict[str, str]
-    process: subprocess.Popen[bytes] | None = None
     standalone: bool = True
     liveness_port: int = 18081
+    process: OperatorProcess | None = None
+    earlier: list[str] = field(default_factory=list)
 
     def start(self) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("ASCEND_LLM_OPERATOR_")}
@@ -118,20 +107,13 @@ class OperatorProcess:
                     # The examples' hostPath models, as an administrator would allow them.
                     "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/models,/data/models"})
         env.update(self.env_overrides)
-        log = self.log_path.open("ab")
         url = f"http://127.0.0.1:{self.liveness_port}/healthz"
-        self.process = subprocess.Popen(
-            [str(ROOT / ".venv" / "bin" / "ascend-llm"), "operator", "run",
-             *(["--standalone"] if self.standalone else []),
-             "-n", f"{NAMESPACE_PREFIX}*", "--liveness", url],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-        )
-        log.close()
-        import urllib.request
+        args = [*(["--standalone"] if self.standalone else []), "-n", f"{NAMESPACE_PREFIX}*", "--liveness", url]
+        process = self.process = OperatorProcess(args, env).start()
 
         def live() -> bool:
-            if self.process is not None and self.process.poll() is not None:
-                pytest.fail(f"the operator exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+            if not process.running:
+                pytest.fail(f"the operator exited with {process.returncode}:\n{self.output()[-3000:]}")
             try:
                 with urllib.request.urlopen(url, timeout=1) as response:
                     return response.status == 200
@@ -143,23 +125,18 @@ class OperatorProcess:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.process is None:
             return 0
-        self.process.send_signal(sig)
-        try:
-            code = self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait(timeout=10)
+        code = self.process.stop(sig)
+        self.earlier += self.process.lines
         self.process = None
-        return code
+        return code or 0
 
     def output(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
+        return "\n".join([*self.earlier, *(self.process.lines if self.process else [])])
 
 
 @pytest.fixture(scope="session")
-def operator(kubeconfig_path: str, crds: list[str], tmp_path_factory: pytest.TempPathFactory
-             ) -> Iterator[OperatorProcess]:
-    run = OperatorProcess(kubeconfig_path, tmp_path_factory.mktemp("operator") / "operator.log", {})
+def operator(kubeconfig_path: str, crds: list[str]) -> Iterator[OperatorUnderTest]:
+    run = OperatorUnderTest(kubeconfig_path, {})
     run.start()
     try:
         yield run

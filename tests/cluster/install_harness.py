@@ -54,8 +54,9 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout_s: float, interval_s: float = 0.25) -> T:
-    """The first truthy result of ``check``; fails the test naming ``what`` after ``timeout_s``."""
+def wait_for(what: str, check: Callable[[], T | None], timeout_s: float = 60.0, interval_s: float = 0.25) -> T:
+    """The first truthy result of ``check``; fails the test naming ``what`` (and the last result)
+    after ``timeout_s``."""
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -63,7 +64,7 @@ def wait_for(what: str, check: Callable[[], T | None], timeout_s: float, interva
         if result:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+            pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {result!r})")
         time.sleep(interval_s)
 
 
@@ -349,13 +350,14 @@ class OperatorProcess:
     def returncode(self) -> int | None:
         return None if self._process is None else self._process.poll()
 
-    def stop(self) -> int | None:
-        """SIGTERM, then SIGKILL after ``stop_grace_s``; the exit status (None if never started)."""
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        """``sig`` (SIGTERM), then SIGKILL after ``stop_grace_s``; the exit status (None if never
+        started)."""
 
         if self._process is None:
             return None
         if self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
+            os.killpg(self._process.pid, sig)
             try:
                 self._process.wait(self.stop_grace_s)
             except subprocess.TimeoutExpired:

@@ -28,7 +28,8 @@ from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.drift import find_drift
 from ascend_operator.names import label_value
-from conftest import ROOT, WAIT_S, OperatorProcess, operator_writes, raw_get, wait_for, writes
+from conftest import WAIT_S, OperatorUnderTest, operator_writes, raw_get, writes
+from install_harness import ROOT, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -164,7 +165,7 @@ SMALL_CPU_SPEC: dict[str, Any] = {
 
 
 def test_every_example_reconciles_as_render_predicts_and_an_idle_operator_writes_nothing(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     """All examples at once: children as predicted, status written, then no write at all."""
 
     custom = _clients(api)[0]
@@ -185,7 +186,7 @@ def test_every_example_reconciles_as_render_predicts_and_an_idle_operator_writes
 
 
 def test_a_create_applies_each_child_once_and_a_restart_writes_nothing(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     wait_quiet(api)
     before = writes(api)
     create(api, namespace, "once", SMALL_NPU_SPEC)
@@ -215,7 +216,7 @@ def test_a_create_applies_each_child_once_and_a_restart_writes_nothing(
 
 
 def test_hand_edits_of_children_are_repaired_within_seconds(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     custom, apps, core, _ = _clients(api)
     create(api, namespace, "drift", SMALL_NPU_SPEC)
     settled(api, namespace, "drift")
@@ -261,7 +262,7 @@ def test_hand_edits_of_children_are_repaired_within_seconds(
     assert operator_writes(before, writes(api)) == {}
 
 
-def test_a_deleted_child_comes_back(api: Any, namespace: str, operator: OperatorProcess) -> None:
+def test_a_deleted_child_comes_back(api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     _, apps, core, policy = _clients(api)
     create(api, namespace, "gone", SMALL_NPU_SPEC)
     settled(api, namespace, "gone")
@@ -277,7 +278,7 @@ def test_a_deleted_child_comes_back(api: Any, namespace: str, operator: Operator
 
 
 def test_a_child_the_server_refuses_reaches_status_and_an_event(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     """Requests above limits pass the CRD schema but not the API server's pod validation."""
 
     _, apps, core, _ = _clients(api)
@@ -305,7 +306,7 @@ def test_a_child_the_server_refuses_reaches_status_and_an_event(
     assert "refused Deployment refused (HTTP 422)" in output
 
 
-def test_a_workload_that_cannot_make_pods_says_why(api: Any, namespace: str, operator: OperatorProcess) -> None:
+def test_a_workload_that_cannot_make_pods_says_why(api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     spec = copy.deepcopy(SMALL_NPU_SPEC)
     spec["npu"]["priorityClassName"] = "no-such-class"
     create(api, namespace, "nopc", spec)
@@ -316,7 +317,7 @@ def test_a_workload_that_cannot_make_pods_says_why(api: Any, namespace: str, ope
     assert "no-such-class" in condition(resource, "Ready")["message"]
 
 
-def test_one_bad_resource_never_stops_the_others(api: Any, namespace: str, operator: OperatorProcess) -> None:
+def test_one_bad_resource_never_stops_the_others(api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     bad = {**copy.deepcopy(SMALL_NPU_SPEC), "resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}
     create(api, namespace, "bad", bad)
     create(api, namespace, "good", SMALL_NPU_SPEC)
@@ -328,7 +329,7 @@ def test_one_bad_resource_never_stops_the_others(api: Any, namespace: str, opera
 
 
 def test_deletes_need_no_operator_and_an_old_finalizer_is_removed(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     custom, apps, _, _ = _clients(api)
     create(api, namespace, "del", SMALL_NPU_SPEC)
     settled(api, namespace, "del")
@@ -353,7 +354,7 @@ def test_deletes_need_no_operator_and_an_old_finalizer_is_removed(
 
 
 def test_status_follows_pods_within_seconds_and_outside_writes_are_undone(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     custom, _, core, _ = _clients(api)
     create(api, namespace, "lag", SMALL_NPU_SPEC)
     settled(api, namespace, "lag")
@@ -378,7 +379,7 @@ def test_status_follows_pods_within_seconds_and_outside_writes_are_undone(
 
 
 def test_kill_9_mid_reconcile_leaves_no_duplicate_or_orphan(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     custom, apps, core, policy = _clients(api)
     names = [f"k{i}" for i in range(12)]
     for name in names:
@@ -401,7 +402,7 @@ def test_kill_9_mid_reconcile_leaves_no_duplicate_or_orphan(
 
 
 def test_the_server_defaults_replicas_for_autoscaled_resources(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     example = yaml.safe_load((ROOT / "examples" / "qwen7b-autoscaled.yaml").read_text(encoding="utf-8"))
     spec = example["spec"]
     spec.pop("replicas", None)
@@ -411,7 +412,7 @@ def test_the_server_defaults_replicas_for_autoscaled_resources(
     assert scale is not None and scale["spec"]["replicas"] == 1
 
 
-def test_npu_pods_request_host_cpu_and_memory(api: Any, namespace: str, operator: OperatorProcess) -> None:
+def test_npu_pods_request_host_cpu_and_memory(api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     _, _, core, _ = _clients(api)
     create(api, namespace, "qos", SMALL_NPU_SPEC)
     settled(api, namespace, "qos")
@@ -422,7 +423,7 @@ def test_npu_pods_request_host_cpu_and_memory(api: Any, namespace: str, operator
 
 
 def test_many_resources_at_once_never_exhaust_the_connection_pool(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     for i in range(40):  # CPU replicas: 40 NPU ones would not fit the 32 NPUs of the kwok nodes
         create(api, namespace, f"p{i}", SMALL_CPU_SPEC)
     for i in range(40):
@@ -431,7 +432,7 @@ def test_many_resources_at_once_never_exhaust_the_connection_pool(
 
 
 def test_render_matches_the_server_for_the_autoscaled_example(
-        api: Any, namespace: str, operator: OperatorProcess) -> None:
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
     example = "qwen7b-autoscaled.yaml"
     resource = yaml.safe_load((ROOT / "examples" / example).read_text(encoding="utf-8"))
     resource["metadata"]["namespace"] = namespace
@@ -464,7 +465,7 @@ def test_admission_refuses_what_the_server_would_refuse_in_a_child(
 
 
 def test_replicas_elect_one_leader_and_a_standby_takes_over(
-        api: Any, namespace: str, crds: list[str], operator: OperatorProcess, tmp_path: Any) -> None:
+        api: Any, namespace: str, crds: list[str], operator: OperatorUnderTest) -> None:
     """Two non-standalone operators on a Lease: only the leader writes; killing it hands over.
 
     The session's standalone operator is stopped meanwhile (it would reconcile too)."""
@@ -474,9 +475,8 @@ def test_replicas_elect_one_leader_and_a_standby_takes_over(
     operator.stop()
     env = {"ASCEND_LLM_OPERATOR_LEASE_NAMESPACE": namespace, "ASCEND_LLM_OPERATOR_LEASE_DURATION_S": "5",
            "ASCEND_LLM_OPERATOR_LEASE_RENEW_DEADLINE_S": "4", "ASCEND_LLM_OPERATOR_LEASE_RETRY_PERIOD_S": "1.5"}
-    first = OperatorProcess(operator.kubeconfig, tmp_path / "first.log", env, standalone=False, liveness_port=18082)
-    second = OperatorProcess(operator.kubeconfig, tmp_path / "second.log", env, standalone=False,
-                             liveness_port=18083)
+    first = OperatorUnderTest(operator.kubeconfig, env, standalone=False, liveness_port=18082)
+    second = OperatorUnderTest(operator.kubeconfig, env, standalone=False, liveness_port=18083)
     coordination = kubernetes.client.CoordinationV1Api(api)
     try:
         first.start()
