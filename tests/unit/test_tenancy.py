@@ -1,5 +1,5 @@
 """Multi-tenant safety (issue 12), the pure parts: policies, secrets, redaction, the split
-Services, TLS and the direct /state read. The API server's side is tests/cluster/test_tenancy.py."""
+Services, TLS and the direct /state read. The API server's side is tests/cluster/test_tenancy_on_server.py."""
 
 from __future__ import annotations
 
