@@ -369,5 +369,5 @@ class LeaderRole:
         finally:
             for task in (monitor, stop_wait, fallback_wait):
                 task.cancel()
-            await sup.reap(monitor)
+            await sup.finish_task(monitor)
             self._serving = False

@@ -321,9 +321,11 @@ _STREAM_OP = re.compile(
 )
 #: A runtime error code or failure word beside such a call.
 _RUNTIME_CODE = re.compile(
-    r"(?i)\b[1-5]07\d{3}\b|\bret(?:code)?\s*[=:]\s*-?(?:0x)?[0-9a-f]+|errcode\s*[=:]\s*\d+"
-    r"|error\s+code\s+(?:is\s+)?\d+|result\s*=\s*\d+|\bfail"
+    r"(?i)\b[1-5]07\d{3}\b|\bret(?:code)?\s*[=:]\s*-?(?:0x)?0*[1-9a-f][0-9a-f]*|errcode\s*[=:]\s*0*[1-9]\d*"
+    r"|error\s+code\s+(?:is\s+)?0*[1-9]\d*|result\s*=\s*0*[1-9]\d*|\bfail"
 )
+#: CANN log lines below error level: progress, never a failure.
+_CANN_QUIET = re.compile(r"^\s*\[(?:INFO|DEBUG|WARNING|WARN|EVENT|TRACE)\]")
 
 
 def _has(text: str, needles: Iterable[str]) -> bool:
@@ -490,8 +492,8 @@ class LineClassifier:
 
     def _cann_capture_failure(self, msg: str) -> bool:
         """A CANN runtime line that means graph capture failed (module docstring)."""
-        if self._ready or self._eager:
-            return False  # serving, or nothing is captured (a lone plog line is harmless then)
+        if self._ready or self._eager or _CANN_QUIET.match(msg):
+            return False  # serving, nothing is captured (a lone plog line is harmless then), or progress
         if (_STREAM_OP.search(msg) or _has(msg, _CAPTURE_SIGNS)) and _RUNTIME_CODE.search(msg):
             return True
         return bool(_CANN_ERROR.match(msg)) and _has(msg, _CAPTURE_SIGNS)

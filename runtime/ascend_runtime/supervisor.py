@@ -219,7 +219,7 @@ class Supervisor:
         finally:
             if reaping is not None:
                 reaping.cancel()
-                await self.reap(reaping)
+                await self.finish_task(reaping)
             self.reaper.reap()
 
     async def _reap_orphans(self) -> None:
@@ -437,12 +437,12 @@ class Supervisor:
         self.reaper.reap()  # the engine's killed orphans, now rather than at the next round
 
     @staticmethod
-    async def reap(task: asyncio.Task) -> None:
+    async def finish_task(task: asyncio.Task) -> None:
         """Wait for a cancelled helper task; its failure is logged, never raised into a shutdown."""
 
         await asyncio.wait({task})  # never raises the task's own exception
         if not task.cancelled() and task.exception() is not None:
-            log.error("health monitor failed: %r", task.exception())
+            log.error("%s failed: %r", task.get_name(), task.exception())
 
     async def wait_healthy(self, deadline: float) -> bool:
         timeout = aiohttp.ClientTimeout(total=5)
@@ -491,7 +491,7 @@ class Supervisor:
     async def _watch_answers(self) -> None:
         timeout = aiohttp.ClientTimeout(total=HEALTH_ANSWER_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
+            while not self.stop_requested.is_set():  # a draining engine may refuse /health
                 problem = await self._health_problem(session)
                 self.health.observe_engine_answer(problem)
                 held = self._failure_at is not None and time.monotonic() - self._failure_at < FAILURE_HOLD_S

@@ -198,7 +198,7 @@ class WorkerRole:
             stop_wait.cancel()
             if monitor is not None:
                 monitor.cancel()
-                await sup.reap(monitor)
+                await sup.finish_task(monitor)
             await sup.end_engine(engine, exit_task)
 
     async def _exit_result(self, exited: EngineExit, target: GraphMode | None, launched_for: int | None

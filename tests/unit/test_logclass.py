@@ -458,3 +458,12 @@ def test_the_same_cann_lines_while_serving_or_in_eager_mode_are_not_capture_fail
 
 def test_the_cann_only_log_is_a_capture_failure() -> None:
     assert classify_lines(CANN_ONLY_LOG.read_text().splitlines()).outcome is Outcome.GRAPH_CAPTURE_FAILURE
+
+
+@pytest.mark.parametrize("line", [
+    "[INFO] RUNTIME(2001,python3):2026-08-01-10:00:00.000.000 [stream.cc:355] 2001 Setup: create stream, retCode=0x0",
+    "[EVENT] RUNTIME(2001,python3):2026-08-01-10:00:00.000.000 [stream.cc:355] 2001 stream wait event, ret=0",
+    "create stream success, stream_id=12, ret=0",
+])
+def test_cann_progress_and_success_lines_during_capture_are_not_failures(line: str) -> None:
+    assert outcome([CAPTURING, line]) is Outcome.INCOMPLETE

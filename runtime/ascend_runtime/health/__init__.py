@@ -1,15 +1,16 @@
 """Liveness beyond /health: memory-leak detection and hung-engine detection.
 
 :mod:`.trend` (Theil-Sen), :mod:`.leak` (one memory series against ``LeakLimits``),
-:mod:`.hang` (tokens stalled while requests run) and :mod:`.monitor` (all of it for the runtime:
-verdict for the liveness probe, gauges for /metrics).
+:mod:`.hang` (tokens stalled while requests run, or no answer at all) and :mod:`.monitor` (all
+of it for the runtime: verdict for the liveness probe, gauges for /metrics).
 """
 
-from ascend_runtime.health.hang import HangAssessment, HangDetector, parse_engine_metrics
+from ascend_runtime.health.hang import AnswerWatch, HangAssessment, HangDetector, parse_engine_metrics
 from ascend_runtime.health.leak import LeakAssessment, LeakDetector
 from ascend_runtime.health.monitor import HealthMonitor, HealthVerdict
 
 __all__ = [
+    "AnswerWatch",
     "HangAssessment",
     "HangDetector",
     "HealthMonitor",
