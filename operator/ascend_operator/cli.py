@@ -146,8 +146,8 @@ def render_children(resource: dict[str, Any], namespace: str | None = None,
     target = meta.get("namespace") or namespace or "default"
     settings = load_settings()
     choice = choose_autoscaler(spec, settings, served)
-    children = build_children(BuildMeta(meta["name"], target, meta.get("generation")), spec, settings,
-                              autoscaler=choice.kind)
+    build_meta = BuildMeta(meta["name"], target, meta.get("generation"), annotations=dict(meta.get("annotations") or {}))
+    children = build_children(build_meta, spec, settings, autoscaler=choice.kind)
     return children.objects()
 
 
