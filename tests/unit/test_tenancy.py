@@ -96,6 +96,28 @@ def test_each_policy_names_the_field_and_the_setting() -> None:
     assert refused({"model": HF}, policy) == []
 
 
+# --- requests above limits (the API server refuses such a pod) ---------------------------------
+
+
+@pytest.mark.parametrize(("quantity", "value"), [
+    ("1Gi", 2**30), ("500m", 0.5), ("1e3", 1000), ("+2k", 2000), (".5", 0.5), ("1E", 10**18), (".0E", 0), (7, 7),
+])
+def test_quantities_are_read_as_kubernetes_reads_them(quantity: Any, value: float) -> None:
+    from ascend_operator.api import quantity_value
+
+    assert float(quantity_value(quantity)) == pytest.approx(value)
+
+
+def test_requests_above_limits_and_negative_quantities_are_refused() -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec({"model": HF, "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}})
+    assert error.value.problems == [("spec.resources", "requests.memory (2Gi) is above limits.memory (1Gi); "
+                                                       "raise the limit or lower the request")]
+    with pytest.raises(SpecError):
+        parse_spec({"model": HF, "resources": {"limits": {"cpu": "-1"}}})
+    parse_spec({"model": HF, "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": 1}}})
+
+
 # --- item 6: reserved flags and env -----------------------------------------------------------
 
 
