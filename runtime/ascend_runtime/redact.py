@@ -16,17 +16,18 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-#: Comma-separated names of env variables whose values came from Secrets (set by the operator).
-REDACT_ENV = "ASCEND_LLM_REDACT_ENV"
-#: Variables that hold a secret whatever the operator says.
-ALWAYS_SECRET_ENV = ("VLLM_API_KEY", "HF_TOKEN", "MODELSCOPE_API_TOKEN")
+from ascend_runtime.config import ALWAYS_SECRET_ENV, REDACT_ENV
+
+__all__ = ["ALWAYS_SECRET_ENV", "MASK", "REDACT_ENV", "SECRET_FLAGS", "RedactingFilter", "Redactor", "install"]
+
 #: Engine flags whose value is a secret (vLLM spells them with - or _).
 SECRET_FLAGS = ("--api-key",)
 MASK = "***"
 
 _FLAG = re.compile(r"^--api[-_]key(=.*)?$")
-#: The same flags inside one line of text (a logged command line): ``--api-key VALUE``.
-_FLAG_IN_TEXT = re.compile(r"(--api[-_]key)(=|\s+)(\S+)")
+#: The same flags inside one line of text: ``--api-key VALUE``, ``--api-key=VALUE`` and a logged
+#: Python list ``'--api-key', 'VALUE'``.
+_FLAG_IN_TEXT = re.compile(r"(--api[-_]key)(=|\s+|['\"],\s*['\"])([^\s'\",\]]+)")
 
 
 def secret_names(environ: Mapping[str, str]) -> list[str]:

@@ -284,3 +284,22 @@ async def test_state_is_read_from_the_pod_ip_without_the_api_server() -> None:
     assert states["a"] is not None and states["a"].ready and states["a"].phase.value == "Ready"
     assert states["b"] is None and states["c"] is None
     assert sorted(states) == ["a", "b", "c"]
+
+
+def test_the_operator_start_up_masks_api_keys_in_its_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kopf
+    from ascend_operator.handlers import handle_startup
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    memo = kopf.Memo()
+    memo[handle_startup.SETTINGS_KEY] = settings(api_server="http://127.0.0.1:1", standalone="true")
+    handle_startup.configure(kopf.OperatorSettings(), memo, logging.getLogger("t"))
+    try:
+        logging.getLogger("kopf.objects").warning("diff: extraArgs ['--api-key', 'sk-old-123']")
+    finally:
+        handle_startup.cleanup(memo)
+    assert "sk-old-123" not in stream.getvalue()
+    assert "extraArgs ['--api-key', '***']" in stream.getvalue()

@@ -32,13 +32,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ascend_runtime.config import (
+    ALWAYS_SECRET_ENV,
     CONFIG_FILE_KEY,
     DEFAULT_CONFIG_PATH,
     DEFAULT_ENGINE_PORT,
     DEFAULT_RUNTIME_PORT,
+    REDACT_ENV,
     EngineConfig,
 )
-from ascend_runtime.redact import ALWAYS_SECRET_ENV, REDACT_ENV
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import kopf
+from ascend_runtime import redact
 
 from ascend_operator.api import GROUP
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context
@@ -82,6 +83,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     """Tune kopf and connect to the API once."""
 
     ops = operator_settings(memo)
+    # kopf's debug log shows specs: mask --api-key values of one stored before the CRD refused them.
+    redact.install()
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration",
