@@ -762,7 +762,8 @@ class ResourcesSpec(_Spec):
                 name = to_camel(field)
                 raise PydanticCustomError(
                     "request_above_limit",
-                    "requests.{name} ({asked}) is above limits.{name} ({bound}); raise the limit or lower the request",
+                    "requests.{name} ({asked}) is above limits.{name} ({bound}); "
+                    "raise the limit or lower the request",
                     {"name": name, "asked": str(asked), "bound": str(bound)},
                 )
         return self

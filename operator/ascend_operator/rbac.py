@@ -96,13 +96,15 @@ OPERATOR_RULES: tuple[Rule, ...] = (
 def _selected(*, peering: bool, clusterwide: bool, pod_proxy: bool = False) -> list[Rule]:
     wanted = "cluster" if clusterwide else "namespaced"
     return [rule for rule in OPERATOR_RULES
-            if (rule.peering is None or (peering and rule.peering == wanted)) and (pod_proxy or not rule.pod_proxy)]
+            if (rule.peering is None or (peering and rule.peering == wanted))
+            and (pod_proxy or not rule.pod_proxy)]
 
 
 def cluster_role_rules(*, peering: bool = True, pod_proxy: bool = False) -> list[dict[str, Any]]:
     """Every rule, for the ClusterRole of an operator that watches all namespaces."""
 
-    return [rule.as_policy_rule() for rule in _selected(peering=peering, clusterwide=True, pod_proxy=pod_proxy)]
+    selected = _selected(peering=peering, clusterwide=True, pod_proxy=pod_proxy)
+    return [rule.as_policy_rule() for rule in selected]
 
 
 def cluster_scoped_rules() -> list[dict[str, Any]]:

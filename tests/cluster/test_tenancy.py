@@ -113,6 +113,10 @@ REFUSALS: list[tuple[str, dict[str, Any], str, str, str]] = [
     ("envValueFrom with both sources", {"model": HF, "engine": {"envValueFrom": {"A": {
         "secretKeyRef": {"name": "s", "key": "k"}, "configMapKeyRef": {"name": "c", "key": "k"}}}}},
      "admission", "spec.engine.envValueFrom[A]", "exactly one of secretKeyRef and configMapKeyRef"),
+    ("negative CPU limit", {"model": HF, "resources": {"limits": {"cpu": "-1"}}},
+     "admission", "spec.resources.limits.cpu", "should match"),
+    ("CPU request above its limit", {"model": HF, "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}},
+     "operator", "spec.resources", "requests.cpu (2) is above limits.cpu (1)"),
     ("image outside the allowed prefixes", {"model": HF, "image": "docker.io/someone/vllm:latest"},
      "operator", "spec.image", "ASCEND_LLM_OPERATOR_ALLOWED_IMAGE_PREFIXES"),
     ("priorityClassName system-node-critical", {"model": HF, "npu": {"priorityClassName": "system-node-critical"}},

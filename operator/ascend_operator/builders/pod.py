@@ -147,7 +147,8 @@ def _engine_env_from(spec: AscendLLMDeploymentSpec) -> list[dict[str, Any]]:
             ref = {"secretKeyRef": {"name": source.secret_key_ref.name, "key": source.secret_key_ref.key}}
         else:
             assert source.config_map_key_ref is not None  # the model's rule: exactly one
-            ref = {"configMapKeyRef": {"name": source.config_map_key_ref.name, "key": source.config_map_key_ref.key}}
+            config_map = source.config_map_key_ref
+            ref = {"configMapKeyRef": {"name": config_map.name, "key": config_map.key}}
         env.append({"name": name, "valueFrom": ref})
     if engine.api_key_secret_ref is not None:
         key = engine.api_key_secret_ref

@@ -110,7 +110,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
 
     memo[MEMO_KEY] = OperatorContext(
         settings=ops,
-        kube=Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify),
+        kube=Kube(connect(api_server(ops), ca_file=ops.api_ca_file,
+                          insecure=ops.api_insecure_skip_tls_verify),
                   field_manager=ops.field_manager, state_timeout_s=ops.status_read_timeout_s,
                   state_via_proxy=ops.state_read_mode() == StateRead.PROXY),
     )
