@@ -73,11 +73,17 @@ def operator(kubeconfig_path: str, crd: None, namespace: str) -> Iterator[None]:
            "ASCEND_LLM_OPERATOR_STANDALONE": "true"}
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
+    # The client read KUBECONFIG when first imported (by the client fixture, before it was set).
+    import kubernetes.config.kube_config as kube_config
+
+    saved_location = kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+    kube_config.KUBE_CONFIG_DEFAULT_LOCATION = kubeconfig_path
     try:
         with KopfRunner(["run", "--standalone", "-n", namespace, "-m", "ascend_operator.main"],
                         settings=kopf.OperatorSettings()) as runner:
             yield
     finally:
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = saved_location
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
