@@ -303,3 +303,18 @@ def test_the_operator_start_up_masks_api_keys_in_its_log(monkeypatch: pytest.Mon
         handle_startup.cleanup(memo)
     assert "sk-old-123" not in stream.getvalue()
     assert "extraArgs ['--api-key', '***']" in stream.getvalue()
+
+
+def test_the_runtime_log_setup_installs_the_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_runtime import main as runtime_main
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setenv(redact.REDACT_ENV, "DB_PASSWORD")
+    monkeypatch.setenv("DB_PASSWORD", "s3cr3t-value")
+    runtime_main._setup_logging()
+    (handler,) = root.handlers
+    stream = io.StringIO()
+    monkeypatch.setattr(handler, "stream", stream)
+    logging.getLogger("ascend_runtime.supervisor").warning("pre-command: connect --password s3cr3t-value")
+    assert stream.getvalue().rstrip().endswith("pre-command: connect --password ***")
