@@ -184,6 +184,8 @@ def test_redactor_masks_secret_flags_and_secret_sourced_values() -> None:
     shown = redactor.argv(["vllm", "--api-key", "k1", "--api_key=k2", "--seed", "hunter2hunter2", "not-secret"])
     assert shown == "vllm --api-key *** --api_key=*** --seed *** not-secret"
     assert redactor.text("key sk-abc in a line, --api-key k3") == "key *** in a line, --api-key ***"
+    # A 3-character value would mask ordinary text everywhere: values that short are left alone.
+    assert redact.Redactor.from_env({"VLLM_API_KEY": "on1"}).text("on1 line") == "on1 line"
 
 
 def test_every_log_line_through_the_root_handler_is_redacted() -> None:
