@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import re
+from decimal import Decimal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -225,7 +226,7 @@ DnsLabel = Annotated[
     str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 ]
 #: A Kubernetes quantity written as a string ("500m", "16Gi") or a plain integer.
-QUANTITY_PATTERN = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+QUANTITY_PATTERN = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 Quantity = Annotated[
     Annotated[int, Field(ge=0)] | Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY_PATTERN)],
     Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
@@ -739,11 +740,49 @@ class ResourceList(_Spec):
     )
 
 
+_QUANTITY_SUFFIXES = {
+    **{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+    **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3), ("M", 6),
+                                         ("G", 9), ("T", 12), ("P", 15), ("E", 18))},
+}
+
+
+def quantity_value(quantity: int | str) -> Decimal:
+    """The number a Kubernetes quantity (already matching QUANTITY_PATTERN) stands for."""
+    text = str(quantity).lstrip("+")
+    match = re.fullmatch(r"([0-9.]+)([eE][-+]?[0-9.]+|[KMGTPE]i|[numkMGTPE])?", text)
+    assert match is not None, text
+    number, suffix = Decimal(match.group(1)), match.group(2) or ""
+    if len(suffix) > 1 and suffix[0] in "eE":  # an exponent; a bare E is exa
+        return number * Decimal(10) ** Decimal(suffix[1:])
+    return number * _QUANTITY_SUFFIXES[suffix]
+
+
 class ResourcesSpec(_Spec):
     """Engine container requests and limits besides the NPUs."""
 
     requests: ResourceList | None = Field(None, description="Requested CPU, memory and ephemeral storage.")
-    limits: ResourceList | None = Field(None, description="Limits of CPU, memory and ephemeral storage.")
+    limits: ResourceList | None = Field(
+        None, description="Limits of CPU, memory and ephemeral storage; each at least its request."
+    )
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ResourcesSpec:
+        # The API server refuses a pod whose request exceeds its limit; say so on the resource.
+        # (Operator side only: CEL's quantity library has no counterpart the tests can evaluate.)
+        if self.requests is None or self.limits is None:
+            return self
+        for field in ("cpu", "memory", "ephemeral_storage"):
+            asked, bound = getattr(self.requests, field), getattr(self.limits, field)
+            if asked is not None and bound is not None and quantity_value(asked) > quantity_value(bound):
+                name = to_camel(field)
+                raise PydanticCustomError(
+                    "request_above_limit",
+                    "requests.{name} ({asked}) is above limits.{name} ({bound}); "
+                    "raise the limit or lower the request",
+                    {"name": name, "asked": str(asked), "bound": str(bound)},
+                )
+        return self
 
 
 class ServiceSpec(_Spec):

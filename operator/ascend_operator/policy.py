@@ -49,14 +49,15 @@ def violations(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> lis
     if host_path is not None and not any(_under(host_path.path, p) for p in settings.host_path_prefixes):
         found.append(Violation(
             "spec.model.hostPath.path", "HOST_PATH_PREFIXES",
-            f"host path {host_path.path} is not under an allowed prefix ({_shown(settings.host_path_prefixes)}); "
-            "use a pvc, or ask the administrator to allow the directory",
+            f"host path {host_path.path} is not under an allowed prefix "
+            f"({_shown(settings.host_path_prefixes)}); use a pvc, or ask the administrator to allow the directory",
         ))
     if spec.image is not None and not _allowed(spec.image, settings.allowed_image_prefixes, prefix=True):
         found.append(Violation(
             "spec.image", "ALLOWED_IMAGE_PREFIXES",
-            f"image {spec.image} does not start with an allowed prefix ({_shown(settings.allowed_image_prefixes)}); "
-            "leave spec.image out for the operator's image or use an allowed registry",
+            f"image {spec.image} does not start with an allowed prefix "
+            f"({_shown(settings.allowed_image_prefixes)}); leave spec.image out for the operator's image "
+            "or use an allowed registry",
         ))
     npu = spec.npu
     if npu.priority_class_name is not None and not _allowed(npu.priority_class_name,

@@ -28,6 +28,11 @@ SUPPORTED_SCHEMA_VERSIONS = (1,)
 #: Where the operator mounts the config in the pod and the runtime reads it by default.
 DEFAULT_CONFIG_PATH = "/etc/ascend-llm/engine-config.yaml"
 CONFIG_FILE_KEY = "engine-config.yaml"
+#: Pod env the operator sets: comma-separated names of variables whose values came from Secrets;
+#: the runtime masks their values in its logs (ascend_runtime.redact).
+REDACT_ENV = "ASCEND_LLM_REDACT_ENV"
+#: Variables whose values the runtime always masks (hub tokens, the engine's API key).
+ALWAYS_SECRET_ENV = ("VLLM_API_KEY", "HF_TOKEN", "MODELSCOPE_API_TOKEN")
 
 #: The runtime's own HTTP port (probes, /metrics, /state), distinct from the engine's.
 DEFAULT_RUNTIME_PORT = 8080

@@ -2,9 +2,9 @@
 
 The operator passes secrets to the pod as env from Secret keys (never in the engine config or
 on the command line) and lists their names in ``ASCEND_LLM_REDACT_ENV``. Every value of those
-variables (and of the variables that always hold secrets: ``VLLM_API_KEY``, ``HF_TOKEN``,
-``MODELSCOPE_API_TOKEN``) is replaced by ``***`` wherever it appears in a log line, and so is
-the value of a secret flag (``--api-key X`` / ``--api-key=X``) in a logged command line.
+variables and of those that always hold secrets (``VLLM_API_KEY``, ``HF_TOKEN``,
+``MODELSCOPE_API_TOKEN``), when 4 characters or longer, is replaced by ``***`` wherever it
+appears in a log line, and so is the value of a secret flag (``--api-key X``, ``--api-key=X``).
 :func:`install` puts a filter on the root logger's handlers, so every logger is covered.
 """
 
@@ -16,17 +16,20 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-#: Comma-separated names of env variables whose values came from Secrets (set by the operator).
-REDACT_ENV = "ASCEND_LLM_REDACT_ENV"
-#: Variables that hold a secret whatever the operator says.
-ALWAYS_SECRET_ENV = ("VLLM_API_KEY", "HF_TOKEN", "MODELSCOPE_API_TOKEN")
+from ascend_runtime.config import ALWAYS_SECRET_ENV, REDACT_ENV
+
+__all__ = ["ALWAYS_SECRET_ENV", "MASK", "REDACT_ENV", "SECRET_FLAGS", "RedactingFilter", "Redactor", "install"]
+
 #: Engine flags whose value is a secret (vLLM spells them with - or _).
 SECRET_FLAGS = ("--api-key",)
 MASK = "***"
+#: Shorter values are not masked: a secret "1" or "on" would mask ordinary text in every line.
+MIN_SECRET_LENGTH = 4
 
 _FLAG = re.compile(r"^--api[-_]key(=.*)?$")
-#: The same flags inside one line of text (a logged command line): ``--api-key VALUE``.
-_FLAG_IN_TEXT = re.compile(r"(--api[-_]key)(=|\s+)(\S+)")
+#: The same flags inside one line of text: ``--api-key VALUE``, ``--api-key=VALUE`` and a logged
+#: Python list ``'--api-key', 'VALUE'``.
+_FLAG_IN_TEXT = re.compile(r"(--api[-_]key)(=|\s+|['\"],\s*['\"])([^\s'\",\]]+)")
 
 
 def secret_names(environ: Mapping[str, str]) -> list[str]:
@@ -44,7 +47,7 @@ class Redactor:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Redactor:
         env = os.environ if environ is None else environ
-        found = {env[name] for name in secret_names(env) if env.get(name)}
+        found = {env[name] for name in secret_names(env) if len(env.get(name) or "") >= MIN_SECRET_LENGTH}
         return cls(tuple(sorted(found, key=len, reverse=True)))
 
     def text(self, line: str) -> str:

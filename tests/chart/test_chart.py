@@ -357,6 +357,20 @@ def test_values_rules_carry_the_operators_framework_and_application_comments() -
     assert rendered == expected
 
 
+def test_multi_tenant_policies_reach_the_operator(helm: Helm) -> None:
+    from ascend_operator.settings import StateRead, load_settings
+
+    loaded = load_settings(settings_env(helm.render(values("multi-tenant"))))
+    assert loaded.host_path_prefixes == ["/data/models"]
+    assert loaded.allowed_image_prefixes == ["registry.example.com/llm/"]
+    assert loaded.allowed_priority_classes == ["llm-normal", "llm-low"]
+    assert (loaded.allowed_scheduler_names, loaded.allowed_toleration_keys) == (["volcano"], ["huawei.com/Ascend910"])
+    assert loaded.state_read == StateRead.PROXY
+    roles = by_kind(helm.render(values("multi-tenant")), "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert all((("",), ("pods/proxy",), ("get",)) in rule_set(role["rules"]) for role in roles)
+
+
 @pytest.mark.parametrize(("name", "clusterwide"), [("default", True), ("namespaced", False)])
 def test_pod_proxy_is_granted_only_with_state_read_proxy(helm: Helm, name: str, clusterwide: bool) -> None:
     proxy = (("",), ("pods/proxy",), ("get",))

@@ -96,6 +96,28 @@ def test_each_policy_names_the_field_and_the_setting() -> None:
     assert refused({"model": HF}, policy) == []
 
 
+# --- requests above limits (the API server refuses such a pod) ---------------------------------
+
+
+@pytest.mark.parametrize(("quantity", "value"), [
+    ("1Gi", 2**30), ("500m", 0.5), ("1e3", 1000), ("+2k", 2000), (".5", 0.5), ("1E", 10**18), (".0E", 0), (7, 7),
+])
+def test_quantities_are_read_as_kubernetes_reads_them(quantity: Any, value: float) -> None:
+    from ascend_operator.api import quantity_value
+
+    assert float(quantity_value(quantity)) == pytest.approx(value)
+
+
+def test_requests_above_limits_and_negative_quantities_are_refused() -> None:
+    with pytest.raises(SpecError) as error:
+        parse_spec({"model": HF, "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}})
+    assert error.value.problems == [("spec.resources", "requests.memory (2Gi) is above limits.memory (1Gi); "
+                                                       "raise the limit or lower the request")]
+    with pytest.raises(SpecError):
+        parse_spec({"model": HF, "resources": {"limits": {"cpu": "-1"}}})
+    parse_spec({"model": HF, "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": 1}}})
+
+
 # --- item 6: reserved flags and env -----------------------------------------------------------
 
 
@@ -162,6 +184,8 @@ def test_redactor_masks_secret_flags_and_secret_sourced_values() -> None:
     shown = redactor.argv(["vllm", "--api-key", "k1", "--api_key=k2", "--seed", "hunter2hunter2", "not-secret"])
     assert shown == "vllm --api-key *** --api_key=*** --seed *** not-secret"
     assert redactor.text("key sk-abc in a line, --api-key k3") == "key *** in a line, --api-key ***"
+    # A 3-character value would mask ordinary text everywhere: values that short are left alone.
+    assert redact.Redactor.from_env({"VLLM_API_KEY": "on1"}).text("on1 line") == "on1 line"
 
 
 def test_every_log_line_through_the_root_handler_is_redacted() -> None:
@@ -262,3 +286,37 @@ async def test_state_is_read_from_the_pod_ip_without_the_api_server() -> None:
     assert states["a"] is not None and states["a"].ready and states["a"].phase.value == "Ready"
     assert states["b"] is None and states["c"] is None
     assert sorted(states) == ["a", "b", "c"]
+
+
+async def test_the_operator_start_up_masks_api_keys_in_its_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kopf
+    from ascend_operator.handlers import handle_startup
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [handler])
+    memo = kopf.Memo()
+    memo[handle_startup.SETTINGS_KEY] = settings(api_server="http://127.0.0.1:1", standalone="true")
+    await handle_startup.configure(kopf.OperatorSettings(), memo, logging.getLogger("t"))
+    try:
+        logging.getLogger("kopf.objects").warning("diff: extraArgs ['--api-key', 'sk-old-123']")
+    finally:
+        await handle_startup.cleanup(memo)
+    assert "sk-old-123" not in stream.getvalue()
+    assert "extraArgs ['--api-key', '***']" in stream.getvalue()
+
+
+def test_the_runtime_log_setup_installs_the_redaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_runtime import main as runtime_main
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setenv(redact.REDACT_ENV, "DB_PASSWORD")
+    monkeypatch.setenv("DB_PASSWORD", "s3cr3t-value")
+    runtime_main._setup_logging()
+    (handler,) = root.handlers
+    stream = io.StringIO()
+    monkeypatch.setattr(handler, "stream", stream)
+    logging.getLogger("ascend_runtime.supervisor").warning("pre-command: connect --password s3cr3t-value")
+    assert stream.getvalue().rstrip().endswith("pre-command: connect --password ***")

@@ -115,9 +115,9 @@ class Children:
     configmap: dict[str, Any]
     deployment: dict[str, Any] | None
     service: dict[str, Any]
-    pdb: dict[str, Any]
     #: The ClusterIP Service of the runtime port (metrics, /state), apart from the clients' one.
-    runtime_service: dict[str, Any] = field(default_factory=dict)
+    runtime_service: dict[str, Any]
+    pdb: dict[str, Any]
     extra: tuple[dict[str, Any], ...] = field(default=())
     leaderworkerset: dict[str, Any] | None = None
     hpa: dict[str, Any] | None = None

@@ -33,14 +33,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ascend_runtime.config import (
+    ALWAYS_SECRET_ENV,
     CONFIG_FILE_KEY,
     Chip,
     DEFAULT_CONFIG_PATH,
     DEFAULT_ENGINE_PORT,
     DEFAULT_RUNTIME_PORT,
+    REDACT_ENV,
     EngineConfig,
 )
-from ascend_runtime.redact import ALWAYS_SECRET_ENV, REDACT_ENV
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
@@ -186,7 +187,8 @@ def _engine_env_from(spec: AscendLLMDeploymentSpec) -> list[dict[str, Any]]:
             ref = {"secretKeyRef": {"name": source.secret_key_ref.name, "key": source.secret_key_ref.key}}
         else:
             assert source.config_map_key_ref is not None  # the model's rule: exactly one
-            ref = {"configMapKeyRef": {"name": source.config_map_key_ref.name, "key": source.config_map_key_ref.key}}
+            config_map = source.config_map_key_ref
+            ref = {"configMapKeyRef": {"name": config_map.name, "key": config_map.key}}
         env.append({"name": name, "valueFrom": ref})
     if engine.api_key_secret_ref is not None:
         key = engine.api_key_secret_ref

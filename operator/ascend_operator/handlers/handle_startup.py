@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 import kopf
+from ascend_runtime import redact
 
 from ascend_operator.api import GROUP
 from ascend_operator.builders.common import RESOURCE_LABEL
@@ -95,6 +96,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     """Tune kopf, connect to the API once, start the work queue."""
 
     ops = operator_settings(memo)
+    # kopf's debug log shows specs: mask --api-key values of one stored before the CRD refused them.
+    redact.install()
     elect = tune_kopf(settings, ops)
 
     # One pooled connection per worker thread: no request waits for, or discards, a connection.
