@@ -65,7 +65,9 @@ class HangAssessment:
     stalled_for_s: float | None = None
 
 
-class HangDetector:
+class _Watch:
+    """A verdict that turns after ``timeout_s`` of something lasting, read from several threads."""
+
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
@@ -74,6 +76,11 @@ class HangDetector:
         self._lock = threading.Lock()
         self.reset()
 
+    def reset(self) -> None:
+        raise NotImplementedError
+
+
+class HangDetector(_Watch):
     def reset(self) -> None:
         """Forget the engine's counters (it was restarted)."""
 
@@ -113,16 +120,8 @@ class HangDetector:
             return self._last
 
 
-class AnswerWatch:
+class AnswerWatch(_Watch):
     """How long the engine's API server has given no good answer (200) to the runtime's polls."""
-
-    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
-        self.timeout_s = timeout_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self.reset()
 
     def reset(self) -> None:
         """A new engine: nothing owed yet."""
