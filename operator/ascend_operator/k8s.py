@@ -301,15 +301,34 @@ class Kube:
             item.setdefault("kind", kind.kind)
         return items
 
-    async def apply(self, kind: ChildKind, child: Mapping[str, Any]) -> dict[str, Any]:
-        """Server-side apply; a refusal of the object as sent raises :class:`ChildRefused`."""
+    async def apply(self, kind: ChildKind, child: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Server-side apply (``dry_run``: validated and admitted, not stored); a refusal of the
+        object as sent raises :class:`ChildRefused`.
+
+        The body is sent as JSON text with characters unescaped: the typed client would send
+        ``\\ud83d\\ude00`` surrogate escapes for a character beyond U+FFFF, which the API
+        server's YAML decoder (apply bodies are YAML) refuses with HTTP 400.
+        """
 
         meta = child["metadata"]
+        if "patch" not in API_VERBS.get((kind.group, kind.plural), frozenset()):
+            raise PermissionError(f"patch on {kind.plural} is not declared in k8s.API_VERBS")
+        prefix = "/api/v1" if not kind.group else f"/apis/{kind.api_version}"
+        path = f"{prefix}/namespaces/{meta['namespace']}/{kind.plural}/{meta['name']}"
+        method, url, headers, body, post_params = self._client.param_serialize(
+            method="PATCH", resource_path=path,
+            query_params=[("fieldManager", self._field_manager), ("force", "true"),
+                          *([("dryRun", "All")] if dry_run else [])],
+            header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
+            body=json.dumps(dict(child), ensure_ascii=False), auth_settings=["BearerToken"],
+        )
         try:
-            return await self._call(
-                kind, "patch", meta["namespace"], meta["name"], dict(child),
-                field_manager=self._field_manager, force=True, _content_type=APPLY_CONTENT_TYPE,
-            )
+            response = await self._in_thread(self._client.call_api, method, url, header_params=headers,
+                                             body=body, post_params=post_params)
+            response.read()
+            if response.status >= 400:
+                raise ApiException(http_resp=response)
+            return json.loads(response.data)
         except ApiException as error:
             if error.status == 403 and _namespace_terminating(error):
                 raise NamespaceTerminating(meta["namespace"]) from error

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from install_harness import ROOT, OperatorProcess, wait_for
+from install_harness import ROOT, OperatorProcess, free_port, wait_for
 
 ADDON_CRDS = ("leaderworkerset.x-k8s.io_leaderworkersets.yaml", "keda.sh_scaledobjects.yaml")
 #: How long a test waits for something the operator does within seconds.
@@ -92,7 +92,8 @@ class OperatorUnderTest:
     kubeconfig: str
     env_overrides: dict[str, str]
     standalone: bool = True
-    liveness_port: int = 18081
+    #: 0: a free port, chosen at each start (another run on the machine may hold any fixed one).
+    liveness_port: int = 0
     process: OperatorProcess | None = None
     earlier: list[str] = field(default_factory=list)
 
@@ -107,7 +108,7 @@ class OperatorUnderTest:
                     # The examples' hostPath models, as an administrator would allow them.
                     "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/models,/data/models"})
         env.update(self.env_overrides)
-        url = f"http://127.0.0.1:{self.liveness_port}/healthz"
+        url = f"http://127.0.0.1:{self.liveness_port or free_port()}/healthz"
         args = [*(["--standalone"] if self.standalone else []), "-n", f"{NAMESPACE_PREFIX}*", "--liveness", url]
         process = self.process = OperatorProcess(args, env).start()
 

@@ -475,8 +475,8 @@ def test_replicas_elect_one_leader_and_a_standby_takes_over(
     operator.stop()
     env = {"ASCEND_LLM_OPERATOR_LEASE_NAMESPACE": namespace, "ASCEND_LLM_OPERATOR_LEASE_DURATION_S": "5",
            "ASCEND_LLM_OPERATOR_LEASE_RENEW_DEADLINE_S": "4", "ASCEND_LLM_OPERATOR_LEASE_RETRY_PERIOD_S": "1.5"}
-    first = OperatorUnderTest(operator.kubeconfig, env, standalone=False, liveness_port=18082)
-    second = OperatorUnderTest(operator.kubeconfig, env, standalone=False, liveness_port=18083)
+    first = OperatorUnderTest(operator.kubeconfig, env, standalone=False)
+    second = OperatorUnderTest(operator.kubeconfig, env, standalone=False)
     coordination = kubernetes.client.CoordinationV1Api(api)
     try:
         first.start()
@@ -498,3 +498,18 @@ def test_replicas_elect_one_leader_and_a_standby_takes_over(
         first.stop()
         second.stop()
         operator.start()
+
+
+def test_text_beyond_the_basic_plane_reaches_the_children(
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
+    """An emoji in an engine env value (it goes into the engine-config ConfigMap): the apply body
+    carries it unescaped (the server's YAML decoder refuses the JSON surrogate escapes the typed
+    client would send)."""
+
+    spec = copy.deepcopy(SMALL_NPU_SPEC)
+    spec["engine"] = {"env": {"GREETING": "hi \U0001F600"}}
+    create(api, namespace, "emoji", spec)
+    settled(api, namespace, "emoji")
+    config = _clients(api)[2].read_namespaced_config_map("emoji-config", namespace).data
+    engine_config = yaml.safe_load(next(iter(config.values())))
+    assert engine_config["engine"]["env"]["GREETING"] == "hi \U0001F600"
