@@ -49,7 +49,8 @@ def children(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> list[
          "spec": {"replicas": spec.get("replicas", 1), "selector": {"matchLabels": labels},
                   "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
-         "spec": {"selector": labels, "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http"}]}},
+         "spec": {"selector": labels,
+                  "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http"}]}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
     ]

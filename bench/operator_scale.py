@@ -112,7 +112,8 @@ def parse_writes(text: str) -> Counter[WriteKey]:
             group, resource = labels.get("group", ""), labels.get("resource", "")
             if (group, resource) in KWOK_RESOURCES:
                 continue
-            writes[WriteKey(group, resource, labels.get("subresource", ""), labels["verb"])] += int(sample.value)
+            key = WriteKey(group, resource, labels.get("subresource", ""), labels["verb"])
+            writes[key] += int(sample.value)
     return writes
 
 
@@ -304,13 +305,15 @@ class Api:
         return self.request("PATCH", f"{path}?fieldManager={FIELD_MANAGER}&force=true", obj,
                             content_type="application/apply-patch+yaml")
 
-    def watch(self, path: str, resource_version: str, accept: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+    def watch(self, path: str, resource_version: str, accept: str,
+              timeout_s: int) -> Iterator[dict[str, Any]]:
         import urllib3
 
         url = (f"{self.host}{path}?watch=true&allowWatchBookmarks=true&resourceVersion={resource_version}"
                f"&timeoutSeconds={timeout_s}")
         response = self.pool.request("GET", url, headers={**self.headers, "Accept": accept},
-                                     preload_content=False, timeout=urllib3.Timeout(connect=10, read=timeout_s + 30))
+                                     preload_content=False,
+                                     timeout=urllib3.Timeout(connect=10, read=timeout_s + 30))
         try:
             if response.status != 200:
                 raise ApiError("WATCH", path, response.status, response.data.decode(errors="replace")[:500])
@@ -491,7 +494,8 @@ class OperatorProcess:
                 raise RuntimeError(f"{self.name} operator exited with {self.proc.returncode} at start; "
                                    f"log {self.log_path}:\n{self.log_tail()}")
             try:
-                if http.request("GET", f"http://127.0.0.1:{self.port}/healthz", timeout=2, retries=False).status == 200:
+                url = f"http://127.0.0.1:{self.port}/healthz"
+                if http.request("GET", url, timeout=2, retries=False).status == 200:
                     return
             except urllib3.exceptions.HTTPError:
                 pass
@@ -605,10 +609,12 @@ def log(message: str) -> None:
 
 def create_namespace(api: Api, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    api.request("POST", "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # pods are refused until the default ServiceAccount exists
-        found = api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts?fieldSelector=metadata.name%3Ddefault")
+        found = api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts"
+                                   "?fieldSelector=metadata.name%3Ddefault")
         if found.get("items"):
             break
         time.sleep(0.2)
@@ -620,11 +626,15 @@ def delete_namespace(ctx: RunContext, namespace: str, timeout_s: float = 900) ->
 
     api = ctx.api
     listing = api.request("GET", ctx.crd.collection(namespace), accept=METADATA_ONLY)
-    stuck = [item["metadata"]["name"] for item in listing.get("items") or [] if item["metadata"].get("finalizers")]
+    stuck = [item["metadata"]["name"] for item in listing.get("items") or []
+             if item["metadata"].get("finalizers")]
+
+    def unblock(name: str) -> None:
+        api.request("PATCH", f"{ctx.crd.collection(namespace)}/{name}", {"metadata": {"finalizers": None}},
+                    content_type="application/merge-patch+json", ok=(200, 404))
+
     with concurrent.futures.ThreadPoolExecutor(ctx.workers) as pool:
-        list(pool.map(lambda n: api.request("PATCH", f"{ctx.crd.collection(namespace)}/{n}",
-                                            {"metadata": {"finalizers": None}},
-                                            content_type="application/merge-patch+json", ok=(200, 404)), stuck))
+        list(pool.map(unblock, stuck))
     api.request("DELETE", f"/api/v1/namespaces/{namespace}", ok=(200, 202, 404))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -673,76 +683,102 @@ def wait_idle(api: Api, op: OperatorProcess, before: Counter[WriteKey], check: I
     return False, time.monotonic() - start, writes
 
 
-def run_operator(ctx: RunContext, name: str, ascend_llm: str) -> OperatorResult:
-    result = OperatorResult(name=name, count=ctx.count)
-    api = ctx.api
-    namespace = create_namespace(api, f"bench-{name}")
-    names = [f"llm-{index:04d}" for index in range(ctx.count)]
-    tracker = Tracker(names, ctx.crd.kind)
-    op = OperatorProcess(name, operator_command(name, namespace, ascend_llm), operator_env(ctx),
-                         ctx.log_dir / f"{name}-operator.log")
-    watchers = [Watcher(api, path.format(ns=namespace), METADATA_ONLY, METADATA_ONLY_WATCH,
-                        lambda obj, kind=kind: tracker.child(kind, obj["metadata"]))
-                for kind, path in CHILD_COLLECTIONS.items()]
-    watchers.append(Watcher(api, ctx.crd.collection(namespace), "application/json", "application/json",
-                            tracker.resource))
-    log(f"{name}: namespace {namespace}, {ctx.count} resources, log {op.log_path}")
-    try:
-        for watcher in watchers:
+class OperatorRun:
+    """One operator's run in its own namespace: converge, idle, restart, cleanup."""
+
+    def __init__(self, ctx: RunContext, name: str, ascend_llm: str) -> None:
+        self.ctx, self.api = ctx, ctx.api
+        self.result = OperatorResult(name=name, count=ctx.count)
+        self.namespace = create_namespace(ctx.api, f"bench-{name}")
+        self.names = [f"llm-{index:04d}" for index in range(ctx.count)]
+        self.tracker = Tracker(self.names, ctx.crd.kind)
+        self.cpu_start = 0.0
+        self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm), operator_env(ctx),
+                                  ctx.log_dir / f"{name}-operator.log")
+        self.watchers = [
+            Watcher(self.api, path.format(ns=self.namespace), METADATA_ONLY, METADATA_ONLY_WATCH,
+                    lambda obj, kind=kind: self.tracker.child(kind, obj["metadata"]))
+            for kind, path in CHILD_COLLECTIONS.items()
+        ]
+        self.watchers.append(Watcher(self.api, ctx.crd.collection(self.namespace), "application/json",
+                                     "application/json", self.tracker.resource))
+
+    def run(self) -> OperatorResult:
+        result = self.result
+        log(f"{result.name}: namespace {self.namespace}, {self.ctx.count} resources, log {self.op.log_path}")
+        try:
+            self.converge()
+            self.idle()
+            self.restart()
+        except Exception as error:  # noqa: BLE001 - the run is reported with what it measured
+            result.errors.append(f"{type(error).__name__}: {error}")
+            log(f"{result.name}: ERROR {error}")
+        finally:
+            self.cleanup()
+        return result
+
+    def converge(self) -> None:
+        ctx, result, tracker = self.ctx, self.result, self.tracker
+        for watcher in self.watchers:
             watcher.start()
-        for watcher in watchers:
+        for watcher in self.watchers:
             if not watcher.ready.wait(30):
                 raise RuntimeError(f"watch of {watcher.path} not started within 30 s: {watcher.error}")
-        op.start(timeout_s=120)
-        cpu_start = op.cpu_s()
-        writes_start = api.metrics_writes()
-
-        collection = ctx.crd.collection(namespace)
-
-        def apply_one(resource: str) -> None:
-            api.apply(f"{collection}/{resource}", resource_body(ctx, resource, namespace))
-            tracker.applied[resource] = time.monotonic()
-
+        self.op.start(timeout_s=120)
+        self.cpu_start = self.op.cpu_s()
+        writes_start = self.api.metrics_writes()
         t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(ctx.workers) as pool:
-            for future in [pool.submit(apply_one, resource) for resource in names]:
+            for future in [pool.submit(self._apply, name) for name in self.names]:
                 try:
                     future.result()
                 except Exception as error:  # noqa: BLE001 - counted and reported
                     result.errors.append(f"apply: {error}")
         result.apply_s = round(time.monotonic() - t0, 2)
         result.applied = len(tracker.applied)
-        log(f"{name}: {result.applied} applied in {result.apply_s} s; waiting for children and status")
+        log(f"{result.name}: {result.applied} applied in {result.apply_s} s; waiting for children and status")
         converged = tracker.done.wait(ctx.converge_timeout_s)
-        for watcher in watchers:
+        for watcher in self.watchers:
             watcher.stopped.set()
         result.children_missing = tracker.expected_children() - len(tracker.children)
-        result.status_missing = len(names) - len(tracker.status)
-        if tracker.children:
-            result.converge_children_s = round(max(tracker.children.values()) - t0, 2) if not result.children_missing else None
-        if tracker.status:
-            result.converge_status_s = round(max(tracker.status.values()) - t0, 2) if not result.status_missing else None
-        result.status_lag = lag_stats([tracker.status[n] - tracker.applied[n] for n in tracker.status if n in tracker.applied])
+        result.status_missing = len(self.names) - len(tracker.status)
+        if tracker.children and not result.children_missing:
+            result.converge_children_s = round(max(tracker.children.values()) - t0, 2)
+        if tracker.status and not result.status_missing:
+            result.converge_status_s = round(max(tracker.status.values()) - t0, 2)
+        applied = tracker.applied
+        result.status_lag = lag_stats([seen - applied[n] for n, seen in tracker.status.items()
+                                       if n in applied])
         last_child: dict[str, float] = {}
         for (_, owner), seen in tracker.children.items():
             last_child[owner] = max(last_child.get(owner, 0.0), seen)
-        result.children_lag = lag_stats([seen - tracker.applied[n] for n, seen in last_child.items() if n in tracker.applied])
+        result.children_lag = lag_stats([seen - applied[n] for n, seen in last_child.items() if n in applied])
         # The operator's: less the benchmark's own applies (one request each).
-        result.converge_writes = sum(write_delta(writes_start, api.metrics_writes()).values()) - len(names)
+        writes = write_delta(writes_start, self.api.metrics_writes())
+        result.converge_writes = sum(writes.values()) - len(self.names)
         if not converged:
-            errors = [w.error for w in watchers if w.error]
-            result.errors.append(f"not converged within {ctx.converge_timeout_s:.0f} s: {result.children_missing} "
-                                 f"children and {result.status_missing} statuses missing"
-                                 + (f"; watch errors: {errors}" if errors else ""))
-        log(f"{name}: children {result.converge_children_s} s, status {result.converge_status_s} s; "
-            f"settling for {ctx.resync_s + 10:g} s")
+            errors = [w.error for w in self.watchers if w.error]
+            result.errors.append(
+                f"not converged within {ctx.converge_timeout_s:.0f} s: {result.children_missing} children "
+                f"and {result.status_missing} statuses missing"
+                + (f"; watch errors: {errors}" if errors else ""))
+        log(f"{result.name}: children {result.converge_children_s} s, status {result.converge_status_s} s")
 
-        # Idle: let the first resync after the last change pass, then count over two intervals.
+    def _apply(self, name: str) -> None:
+        collection = self.ctx.crd.collection(self.namespace)
+        self.api.apply(f"{collection}/{name}", resource_body(self.ctx, name, self.namespace))
+        self.tracker.applied[name] = time.monotonic()
+
+    def idle(self) -> None:
+        """Let the first resync after the last change pass, then count over two intervals."""
+
+        ctx, result, op = self.ctx, self.result, self.op
+        log(f"{result.name}: settling for {ctx.resync_s + 10:g} s")
         time.sleep(ctx.resync_s + 10)
         window = 2 * ctx.resync_s + 5
-        before, cpu_before = api.metrics_writes(), op.cpu_s()
+        before, cpu_before = self.api.metrics_writes(), op.cpu_s()
         time.sleep(window)
-        idle = write_delta(before, api.metrics_writes())
+        idle = write_delta(before, self.api.metrics_writes())
         result.idle_cpu_cores = round((op.cpu_s() - cpu_before) / window, 3)
         result.idle_window_s = window
         result.idle_writes = sum(idle.values())
@@ -750,36 +786,37 @@ def run_operator(ctx: RunContext, name: str, ascend_llm: str) -> OperatorResult:
         result.idle_writes_by_kind = {key.label(): value for key, value in idle.items()}
         result.rss_peak_mb = mb(op.peak_rss)
         result.rss_end_mb = mb(op.rss())
-        result.cpu_s = round(op.cpu_s() - cpu_start, 1)
-        log(f"{name}: {result.idle_writes} writes in {window:g} s idle; RSS peak {result.rss_peak_mb} MB; restarting")
+        result.cpu_s = round(op.cpu_s() - self.cpu_start, 1)
+        log(f"{result.name}: {result.idle_writes} writes in {window:g} s idle; "
+            f"RSS peak {result.rss_peak_mb} MB")
 
+    def restart(self) -> None:
+        ctx, result, op = self.ctx, self.result, self.op
         op.stop()
-        before = api.metrics_writes()
+        before = self.api.metrics_writes()
         op.start(timeout_s=120)
         # Idle again: CPU back near what the idle window used (its resyncs), plus 5 % of a core.
         check = IdleCheck(max(ctx.restart_quiet_s, ctx.resync_s + 5), 0.05 + 1.5 * result.idle_cpu_cores)
-        idle_again, waited, restart = wait_idle(api, op, before, check, ctx.restart_timeout_s)
+        idle_again, waited, restart = wait_idle(self.api, op, before, check, ctx.restart_timeout_s)
         result.restart_idle = idle_again
         result.restart_window_s = round(waited, 1)
         result.restart_writes = sum(restart.values())
         result.restart_writes_by_kind = {key.label(): value for key, value in restart.items()}
         result.rss_restart_peak_mb = mb(op.peak_rss)
-        log(f"{name}: {result.restart_writes} writes after the restart ({waited:.0f} s, idle={idle_again})")
-    except Exception as error:  # noqa: BLE001 - the run is reported with what it measured
-        result.errors.append(f"{type(error).__name__}: {error}")
-        log(f"{name}: ERROR {error}")
-    finally:
-        for watcher in watchers:
+        log(f"{result.name}: {result.restart_writes} writes after the restart "
+            f"({waited:.0f} s, idle={idle_again})")
+
+    def cleanup(self) -> None:
+        for watcher in self.watchers:
             watcher.stopped.set()
-        op.stop()
-        log(f"{name}: deleting namespace {namespace}")
+        self.op.stop()
+        log(f"{self.result.name}: deleting namespace {self.namespace}")
         try:
-            problem = delete_namespace(ctx, namespace)
+            problem = delete_namespace(self.ctx, self.namespace)
         except Exception as error:  # noqa: BLE001
-            problem = f"cleanup of {namespace}: {error}"
+            problem = f"cleanup of {self.namespace}: {error}"
         if problem:
-            result.errors.append(problem)
-    return result
+            self.result.errors.append(problem)
 
 
 # ------------------------------------------------------------------------------------- main
@@ -800,14 +837,16 @@ def start_control_plane(pack: Path, workdir: Path, port_base: str) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--count", type=int, default=1000, help="Resources per operator (default %(default)s).")
+    parser.add_argument("--count", type=int, default=1000,
+                        help="Resources per operator (default %(default)s).")
     parser.add_argument("--operators", default=f"{OURS},{MINIMAL}",
                         help="Which to run, in this order (default %(default)s).")
     parser.add_argument("--resync-interval", type=float, default=30.0,
                         help="ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S for the project's operator, and the unit "
                              "of the idle window (default %(default)s s).")
     parser.add_argument("--workers", type=int, default=16, help="Threads that apply the resources.")
-    parser.add_argument("--converge-timeout", type=float, default=900.0, help="Seconds (default %(default)s).")
+    parser.add_argument("--converge-timeout", type=float, default=900.0,
+                        help="Seconds (default %(default)s).")
     parser.add_argument("--restart-quiet", type=float, default=15.0,
                         help="Idle after a restart: this long (at least a resync interval + 5 s) without a "
                              "write, with CPU near the idle window's (s; default %(default)s).")
@@ -824,7 +863,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="Use this cluster (admin rights: /metrics, CRDs) instead of starting the pack.")
     parser.add_argument("--ascend-llm", default=str(Path(sys.executable).parent / "ascend-llm"),
                         help="The project's CLI (default: beside this Python).")
-    parser.add_argument("--log-dir", type=Path, default=None, help="Operator logs (default: a temporary folder).")
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="Operator logs (default: a temporary folder).")
     parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
     args = parser.parse_args(argv)
     args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
@@ -866,7 +906,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
                      restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
     started = time.monotonic()
-    results = {name: run_operator(ctx, name, args.ascend_llm) for name in args.operators}
+    results = {name: OperatorRun(ctx, name, args.ascend_llm).run() for name in args.operators}
     ordered = [results[name] for name in (OURS, MINIMAL) if name in results]
     print(format_table(ordered))
     targets = evaluate(results[OURS], results.get(MINIMAL)) if OURS in results else []

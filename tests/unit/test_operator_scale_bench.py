@@ -29,15 +29,16 @@ Key = osb.WriteKey
 
 def sample(verb: str, resource: str, value: int, *, group: str = "", subresource: str = "", code: str = "200",
            system_client: str = "", dry_run: str = "") -> str:
-    return (f'apiserver_request_total{{code="{code}",component="apiserver",dry_run="{dry_run}",group="{group}",'
-            f'resource="{resource}",scope="resource",subresource="{subresource}",system_client="{system_client}",'
-            f'verb="{verb}",version="v1"}} {value}')
+    return (f'apiserver_request_total{{code="{code}",component="apiserver",dry_run="{dry_run}",'
+            f'group="{group}",resource="{resource}",scope="resource",subresource="{subresource}",'
+            f'system_client="{system_client}",verb="{verb}",version="v1"}} {value}')
 
 
 HEADER = ("# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb.\n"
           "# TYPE apiserver_request_total counter\n")
 # Another family around it, as in the real /metrics text.
-OTHER = ("# HELP apiserver_request_duration_seconds latency\n# TYPE apiserver_request_duration_seconds histogram\n"
+OTHER = ("# HELP apiserver_request_duration_seconds latency\n"
+         "# TYPE apiserver_request_duration_seconds histogram\n"
          'apiserver_request_duration_seconds_bucket{verb="PATCH",le="0.1"} 99\n')
 
 
@@ -52,7 +53,8 @@ def test_parse_writes_counts_writes_of_non_system_clients_only() -> None:
         sample("PATCH", "ascendllmdeployments", 5, group="llm.ascend.dev", subresource="status"),
         sample("POST", "events", 3),
         sample("DELETE", "deployments", 1, group="apps"),
-        sample("PUT", "deployments", 4, group="apps", subresource="status", system_client="kube-controller-manager"),
+        sample("PUT", "deployments", 4, group="apps", subresource="status",
+               system_client="kube-controller-manager"),
         sample("APPLY", "configmaps", 6, dry_run="All"),
         sample("GET", "configmaps", 100),
         sample("LIST", "deployments", 100, group="apps"),
@@ -76,7 +78,8 @@ def test_parse_writes_of_text_without_the_metric_is_empty() -> None:
 
 
 def test_write_delta_keeps_only_what_changed() -> None:
-    cm, status = Key("", "configmaps", "", "APPLY"), Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH")
+    cm = Key("", "configmaps", "", "APPLY")
+    status = Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH")
     events = Key("", "events", "", "POST")
     before = Counter({cm: 10, status: 4})
     after = Counter({cm: 10, status: 7, events: 2})
