@@ -23,11 +23,12 @@ PATCH, DELETE, DELETECOLLECTION and APPLY, not dry-run. The metric has no user o
 label; its ``system_client`` label names the control plane's own clients (derived from their user
 agent) and is empty for every other one. Counted are the writes of non-system clients minus what
 kwok (the fake kubelet, also a non-system client) writes: nodes, leases and pods. In the windows
-only the operator and kwok run, so the count is the operator's.
+only the operator and kwok run, so the count is the operator's. The same clients' reads (GET,
+LIST) in the idle window are reported too: they show that the resyncs ran.
 
 Exit status 0 when every target holds, 1 with the reasons otherwise, 2 when the run could not be
-made. The pure parts (``parse_writes``, ``write_delta``, ``lag_stats``, ``evaluate``,
-``format_table``) are tested in tests/unit/test_operator_scale_bench.py.
+made. The pure parts (``parse_requests``, ``request_delta``, ``idle_since``, ``lag_stats``,
+``evaluate``, ``format_table``) are tested in tests/unit/test_operator_scale_bench.py.
 """
 
 from __future__ import annotations
@@ -77,9 +78,13 @@ RSS_MAX_MB = 150.0
 # ------------------------------------------------------------------------------------- writes
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
+#: Reads that show an idle resync did run (a watch is one long request: not counted).
+READ_VERBS = frozenset({"GET", "LIST"})
 #: (group, resource) that kwok writes as a non-system client: node status, node leases, pod status
 #: and pod removal. The operators write none of them (peering is off: ``--standalone``).
 KWOK_RESOURCES = frozenset({("", "nodes"), ("coordination.k8s.io", "leases"), ("", "pods")})
+#: What kwok reads while idle (node heartbeats); reads of pods stay in: the operators read them.
+KWOK_READ_RESOURCES = frozenset({("", "nodes"), ("coordination.k8s.io", "leases")})
 METRIC = "apiserver_request_total"
 
 
@@ -94,31 +99,42 @@ class WriteKey(NamedTuple):
         return f"{self.verb} {kind}{'/' + self.subresource if self.subresource else ''}"
 
 
-def parse_writes(text: str) -> Counter[WriteKey]:
-    """The cumulative writes of non-system clients, not kwok's, in the API server's metrics text."""
+def parse_requests(text: str) -> Counter[WriteKey]:
+    """The cumulative writes and reads (GET, LIST; not WATCH) of non-system clients on API
+    resources, less kwok's kinds, in the API server's metrics text."""
 
     # /metrics is megabytes of histograms: parse only the one family's lines.
     wanted = "\n".join(line for line in text.splitlines()
                        if line.startswith(METRIC) or line.startswith(f"# TYPE {METRIC} ")
                        or line.startswith(f"# HELP {METRIC} ")) + "\n"
-    writes: Counter[WriteKey] = Counter()
+    requests: Counter[WriteKey] = Counter()
     for family in text_string_to_metric_families(wanted):
         for sample in family.samples:
             labels = sample.labels
-            if sample.name != METRIC or labels.get("verb") not in WRITE_VERBS or labels.get("dry_run"):
+            verb, group, resource = labels.get("verb"), labels.get("group", ""), labels.get("resource", "")
+            if sample.name != METRIC or verb not in WRITE_VERBS | READ_VERBS or labels.get("dry_run"):
                 continue
             if labels.get("system_client"):
                 continue  # the control plane's own components
-            group, resource = labels.get("group", ""), labels.get("resource", "")
-            if (group, resource) in KWOK_RESOURCES:
-                continue
-            key = WriteKey(group, resource, labels.get("subresource", ""), labels["verb"])
-            writes[key] += int(sample.value)
-    return writes
+            kwok = KWOK_RESOURCES if verb in WRITE_VERBS else KWOK_READ_RESOURCES
+            if not resource or (group, resource) in kwok:
+                continue  # /metrics, /healthz, discovery; kwok's kinds
+            requests[WriteKey(group, resource, labels.get("subresource", ""), verb)] += int(sample.value)
+    return requests
 
 
-def write_delta(before: Mapping[WriteKey, int], after: Mapping[WriteKey, int]) -> Counter[WriteKey]:
-    """The writes between two readings of the counters (which only grow while the server runs)."""
+def only(requests: Mapping[WriteKey, int], verbs: frozenset[str]) -> Counter[WriteKey]:
+    return Counter({key: value for key, value in requests.items() if key.verb in verbs})
+
+
+def parse_writes(text: str) -> Counter[WriteKey]:
+    """The cumulative writes of non-system clients, not kwok's, in the API server's metrics text."""
+
+    return only(parse_requests(text), WRITE_VERBS)
+
+
+def request_delta(before: Mapping[WriteKey, int], after: Mapping[WriteKey, int]) -> Counter[WriteKey]:
+    """The requests between two readings of the counters (which only grow while the server runs)."""
 
     delta = Counter({key: after[key] - before.get(key, 0) for key in after})
     if any(value < 0 for value in delta.values()):
@@ -158,6 +174,7 @@ class OperatorResult:
     idle_writes_per_resync: float | None = None
     idle_writes_by_kind: dict[str, int] = field(default_factory=dict)
     idle_cpu_cores: float = 0.0
+    idle_reads: int | None = None
     restart_window_s: float | None = None
     restart_idle: bool | None = None
     restart_writes: int | None = None
@@ -245,6 +262,7 @@ def format_table(results: Sequence[OperatorResult]) -> str:
          lambda r: f"{_fmt(r.children_lag.get('median_s'), 2)} / {_fmt(r.children_lag.get('p99_s'), 2)}"),
         ("writes until converged", lambda r: _fmt(r.converge_writes)),
         ("CPU while idle (cores)", lambda r: _fmt(r.idle_cpu_cores, 3)),
+        ("reads (GET, LIST) in the idle window", lambda r: _fmt(r.idle_reads)),
         ("RSS peak / end (MB)", lambda r: f"{_fmt(r.rss_peak_mb)} / {_fmt(r.rss_end_mb)}"),
         ("RSS peak after restart (MB)", lambda r: _fmt(r.rss_restart_peak_mb)),
         ("CPU s (operator tree, first start)", lambda r: _fmt(r.cpu_s)),
@@ -327,8 +345,11 @@ class Api:
         finally:
             response.release_conn()
 
+    def metrics_requests(self) -> Counter[WriteKey]:
+        return parse_requests(self.request("GET", "/metrics", accept="text/plain"))
+
     def metrics_writes(self) -> Counter[WriteKey]:
-        return parse_writes(self.request("GET", "/metrics", accept="text/plain"))
+        return only(self.metrics_requests(), WRITE_VERBS)
 
 
 class ApiError(RuntimeError):
@@ -672,11 +693,11 @@ def wait_idle(api: Api, op: OperatorProcess, before: Counter[WriteKey], check: I
     """Poll writes and the operator's CPU until :func:`idle_since` holds or ``timeout_s`` passed."""
 
     start = time.monotonic()
-    writes = write_delta(before, api.metrics_writes())
+    writes = request_delta(before, api.metrics_writes())
     samples = [(start, sum(writes.values()), op.cpu_s())]
     while time.monotonic() - start < timeout_s:
         time.sleep(poll_s)
-        writes = write_delta(before, api.metrics_writes())
+        writes = request_delta(before, api.metrics_writes())
         samples.append((time.monotonic(), sum(writes.values()), op.cpu_s()))
         if idle_since(samples, check):
             return True, samples[-1][0] - start, writes
@@ -754,7 +775,7 @@ class OperatorRun:
             last_child[owner] = max(last_child.get(owner, 0.0), seen)
         result.children_lag = lag_stats([seen - applied[n] for n, seen in last_child.items() if n in applied])
         # The operator's: less the benchmark's own applies (one request each).
-        writes = write_delta(writes_start, self.api.metrics_writes())
+        writes = request_delta(writes_start, self.api.metrics_writes())
         result.converge_writes = sum(writes.values()) - len(self.names)
         if not converged:
             errors = [w.error for w in self.watchers if w.error]
@@ -776,9 +797,11 @@ class OperatorRun:
         log(f"{result.name}: settling for {ctx.resync_s + 10:g} s")
         time.sleep(ctx.resync_s + 10)
         window = 2 * ctx.resync_s + 5
-        before, cpu_before = self.api.metrics_writes(), op.cpu_s()
+        before, cpu_before = self.api.metrics_requests(), op.cpu_s()
         time.sleep(window)
-        idle = write_delta(before, self.api.metrics_writes())
+        requests = request_delta(before, self.api.metrics_requests())
+        idle = only(requests, WRITE_VERBS)
+        result.idle_reads = sum(only(requests, READ_VERBS).values())
         result.idle_cpu_cores = round((op.cpu_s() - cpu_before) / window, 3)
         result.idle_window_s = window
         result.idle_writes = sum(idle.values())
@@ -905,7 +928,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      workers=args.workers, resync_s=args.resync_interval,
                      converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
                      restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
-    started = time.monotonic()
+    started, load_start = time.monotonic(), os.getloadavg()
     results = {name: OperatorRun(ctx, name, args.ascend_llm).run() for name in args.operators}
     ordered = [results[name] for name in (OURS, MINIMAL) if name in results]
     print(format_table(ordered))
@@ -920,7 +943,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         report = {
             "count": args.count, "resync_interval_s": args.resync_interval, "workers": args.workers,
-            "commit": git_commit(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+            "commit": git_commit(), "cpus": os.cpu_count(),
+            "load_average_start": load_start, "load_average_end": os.getloadavg(),
             "python": platform.python_version(), "wall_s": round(time.monotonic() - started, 1),
             "log_dir": str(log_dir), "operators": {name: asdict(result) for name, result in results.items()},
             "targets": [asdict(target) for target in targets], "failures": failed, "passed": not failed,

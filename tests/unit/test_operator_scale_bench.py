@@ -77,20 +77,20 @@ def test_parse_writes_of_text_without_the_metric_is_empty() -> None:
     assert osb.parse_writes(OTHER) == Counter()
 
 
-def test_write_delta_keeps_only_what_changed() -> None:
+def test_request_delta_keeps_only_what_changed() -> None:
     cm = Key("", "configmaps", "", "APPLY")
     status = Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH")
     events = Key("", "events", "", "POST")
     before = Counter({cm: 10, status: 4})
     after = Counter({cm: 10, status: 7, events: 2})
-    assert osb.write_delta(before, after) == Counter({status: 3, events: 2})
-    assert sum(osb.write_delta(after, after).values()) == 0
+    assert osb.request_delta(before, after) == Counter({status: 3, events: 2})
+    assert sum(osb.request_delta(after, after).values()) == 0
 
 
-def test_write_delta_refuses_a_counter_that_went_down() -> None:
+def test_request_delta_refuses_a_counter_that_went_down() -> None:
     cm = Key("", "configmaps", "", "APPLY")
     with pytest.raises(ValueError, match="restarted"):
-        osb.write_delta(Counter({cm: 10}), Counter({cm: 3}))
+        osb.request_delta(Counter({cm: 10}), Counter({cm: 3}))
 
 
 def test_write_key_label() -> None:
@@ -184,3 +184,28 @@ def test_idle_since_needs_a_full_quiet_window_without_writes_and_busy_cpu() -> N
     periodic_cpu = [*quiet[:-1], (18.0, 5, 5.0)]  # 1.8 s CPU in 12 s = 0.15 cores
     assert not osb.idle_since(periodic_cpu, check)
     assert not osb.idle_since([], check)
+
+
+def test_parse_requests_keeps_the_reads_that_show_a_resync_ran() -> None:
+    text = metrics(
+        sample("LIST", "pods", 4),  # the operator reading its pods (kwok writes pods, it does not read them)
+        sample("GET", "leases", 5, group="coordination.k8s.io"),  # kwok's node heartbeat
+        sample("LIST", "pods", 2, system_client="kube-scheduler"),
+        sample("GET", "ascendllmdeployments", 6, group="llm.ascend.dev"),
+        sample("LIST", "deployments", 3, group="apps"),
+        sample("WATCH", "deployments", 8, group="apps"),  # one long request, not a resync
+        sample("GET", "", 9, subresource="/metrics"),  # the benchmark's own scrape
+        sample("PATCH", "ascendllmdeployments", 1, group="llm.ascend.dev", subresource="status"),
+    )
+    requests = osb.parse_requests(text)
+    assert requests == Counter({
+        Key("", "pods", "", "LIST"): 4,
+        Key("llm.ascend.dev", "ascendllmdeployments", "", "GET"): 6,
+        Key("apps", "deployments", "", "LIST"): 3,
+        Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH"): 1,
+    })
+    assert osb.only(requests, osb.READ_VERBS) == Counter({
+        Key("", "pods", "", "LIST"): 4, Key("llm.ascend.dev", "ascendllmdeployments", "", "GET"): 6,
+        Key("apps", "deployments", "", "LIST"): 3})
+    status = Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH")
+    assert osb.parse_writes(text) == Counter({status: 1})
