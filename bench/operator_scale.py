@@ -179,6 +179,7 @@ class OperatorResult:
     restart_idle: bool | None = None
     restart_writes: int | None = None
     restart_writes_by_kind: dict[str, int] = field(default_factory=dict)
+    restart_reads: int | None = None
     converge_writes: int | None = None
     cpu_s: float | None = None
     errors: list[str] = field(default_factory=list)
@@ -263,6 +264,7 @@ def format_table(results: Sequence[OperatorResult]) -> str:
         ("writes until converged", lambda r: _fmt(r.converge_writes)),
         ("CPU while idle (cores)", lambda r: _fmt(r.idle_cpu_cores, 3)),
         ("reads (GET, LIST) in the idle window", lambda r: _fmt(r.idle_reads)),
+        ("reads (GET, LIST) after the restart", lambda r: _fmt(r.restart_reads)),
         ("RSS peak / end (MB)", lambda r: f"{_fmt(r.rss_peak_mb)} / {_fmt(r.rss_end_mb)}"),
         ("RSS peak after restart (MB)", lambda r: _fmt(r.rss_restart_peak_mb)),
         ("CPU s (operator tree, first start)", lambda r: _fmt(r.cpu_s)),
@@ -440,7 +442,7 @@ class Tracker:
 
 
 class Watcher(threading.Thread):
-    """List, then watch, one collection until stopped; relists when the watch ends or expires."""
+    """List, then watch, one collection until stopped; relists only when the watch expires."""
 
     WATCH_TIMEOUT_S = 20  # a stopped watcher ends within this
 
@@ -453,22 +455,28 @@ class Watcher(threading.Thread):
         self.error: str | None = None
 
     def run(self) -> None:
+        version: str | None = None  # None: (re)list first
         while not self.stopped.is_set():
             try:
-                listing = self.api.request("GET", self.path, accept=self.accept_list)
-                for item in listing.get("items") or []:
-                    self.handle(item)
-                self.ready.set()
-                version = listing["metadata"]["resourceVersion"]
+                if version is None:
+                    listing = self.api.request("GET", self.path, accept=self.accept_list)
+                    for item in listing.get("items") or []:
+                        self.handle(item)
+                    self.ready.set()
+                    version = listing["metadata"]["resourceVersion"]
+                # A watch that ends goes on from the last version seen; only an expired one relists.
                 for event in self.api.watch(self.path, version, self.accept_watch, self.WATCH_TIMEOUT_S):
+                    if event["type"] == "ERROR":
+                        version = None  # 410 Gone
+                        break
+                    version = event["object"]["metadata"].get("resourceVersion") or version
                     if event["type"] in ("ADDED", "MODIFIED"):
                         self.handle(event["object"])
-                    elif event["type"] == "ERROR":
-                        break  # 410 Gone: relist
                     if self.stopped.is_set():
                         return
             except Exception as error:  # noqa: BLE001 - keep watching; the run's timeout decides
                 self.error = f"{self.path}: {error}"
+                version = None
                 time.sleep(1)
 
 
@@ -672,16 +680,19 @@ def delete_namespace(ctx: RunContext, namespace: str, timeout_s: float = 900) ->
 class IdleCheck(NamedTuple):
     """When a restarted operator counts as idle again: no write and at most ``cpu_limit`` cores,
     both over the last ``quiet_s`` (which spans at least one resync interval, so periodic work is
-    averaged, not mistaken for start-up work)."""
+    averaged, not mistaken for start-up work), and not before ``min_s``. An operator that writes
+    nothing on a resume may still be resuming at a CPU rate near its resyncs'; the floor (the
+    first start's converge time) keeps such a window from ending before the resumes do."""
 
     quiet_s: float
     cpu_limit: float
+    min_s: float = 0.0
 
 
 def idle_since(samples: Sequence[tuple[float, int, float]], check: IdleCheck) -> bool:
     """Whether the trailing ``check.quiet_s`` of (time, writes so far, CPU seconds) samples is idle."""
 
-    if not samples or samples[-1][0] - samples[0][0] < check.quiet_s:
+    if not samples or samples[-1][0] - samples[0][0] < max(check.quiet_s, check.min_s):
         return False
     now, writes, cpu = samples[-1]
     start = next(sample for sample in reversed(samples) if now - sample[0] >= check.quiet_s)
@@ -690,18 +701,19 @@ def idle_since(samples: Sequence[tuple[float, int, float]], check: IdleCheck) ->
 
 def wait_idle(api: Api, op: OperatorProcess, before: Counter[WriteKey], check: IdleCheck, timeout_s: float,
               poll_s: float = 3.0) -> tuple[bool, float, Counter[WriteKey]]:
-    """Poll writes and the operator's CPU until :func:`idle_since` holds or ``timeout_s`` passed."""
+    """Poll writes and the operator's CPU until :func:`idle_since` holds, or ``timeout_s`` past the
+    floor; returns whether it went idle, the window and the requests in it."""
 
     start = time.monotonic()
-    writes = request_delta(before, api.metrics_writes())
-    samples = [(start, sum(writes.values()), op.cpu_s())]
-    while time.monotonic() - start < timeout_s:
+    requests = request_delta(before, api.metrics_requests())
+    samples = [(start, sum(only(requests, WRITE_VERBS).values()), op.cpu_s())]
+    while time.monotonic() - start < check.min_s + timeout_s:
         time.sleep(poll_s)
-        writes = request_delta(before, api.metrics_writes())
-        samples.append((time.monotonic(), sum(writes.values()), op.cpu_s()))
+        requests = request_delta(before, api.metrics_requests())
+        samples.append((time.monotonic(), sum(only(requests, WRITE_VERBS).values()), op.cpu_s()))
         if idle_since(samples, check):
-            return True, samples[-1][0] - start, writes
-    return False, time.monotonic() - start, writes
+            return True, samples[-1][0] - start, requests
+    return False, time.monotonic() - start, requests
 
 
 class OperatorRun:
@@ -816,11 +828,14 @@ class OperatorRun:
     def restart(self) -> None:
         ctx, result, op = self.ctx, self.result, self.op
         op.stop()
-        before = self.api.metrics_writes()
+        before = self.api.metrics_requests()
         op.start(timeout_s=120)
         # Idle again: CPU back near what the idle window used (its resyncs), plus 5 % of a core.
-        check = IdleCheck(max(ctx.restart_quiet_s, ctx.resync_s + 5), 0.05 + 1.5 * result.idle_cpu_cores)
-        idle_again, waited, restart = wait_idle(self.api, op, before, check, ctx.restart_timeout_s)
+        check = IdleCheck(max(ctx.restart_quiet_s, ctx.resync_s + 5), 0.05 + 1.5 * result.idle_cpu_cores,
+                          min_s=result.converge_status_s or 0.0)
+        idle_again, waited, requests = wait_idle(self.api, op, before, check, ctx.restart_timeout_s)
+        restart = only(requests, WRITE_VERBS)
+        result.restart_reads = sum(only(requests, READ_VERBS).values())
         result.restart_idle = idle_again
         result.restart_window_s = round(waited, 1)
         result.restart_writes = sum(restart.values())
@@ -873,7 +888,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--restart-quiet", type=float, default=15.0,
                         help="Idle after a restart: this long (at least a resync interval + 5 s) without a "
                              "write, with CPU near the idle window's (s; default %(default)s).")
-    parser.add_argument("--restart-timeout", type=float, default=600.0, help="Seconds (default %(default)s).")
+    parser.add_argument("--restart-timeout", type=float, default=600.0,
+                        help="Seconds beyond the first start's converge time (default %(default)s).")
     parser.add_argument("--pack", type=Path,
                         default=Path(os.environ.get("ASCEND_LLM_K8S_PACK") or ROOT.parent / "shared" / "k8s"),
                         help="The control-plane pack (default ../shared/k8s or ASCEND_LLM_K8S_PACK).")

@@ -209,3 +209,11 @@ def test_parse_requests_keeps_the_reads_that_show_a_resync_ran() -> None:
         Key("apps", "deployments", "", "LIST"): 3})
     status = Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH")
     assert osb.parse_writes(text) == Counter({status: 1})
+
+
+def test_idle_since_waits_for_the_floor() -> None:
+    samples = [(float(t), 0, 0.0) for t in range(0, 31, 3)]  # quiet from the start, 30 s long
+    assert osb.idle_since(samples, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1))
+    assert not osb.idle_since(samples, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1, min_s=40.0))
+    longer = [*samples, (42.0, 0, 0.0)]
+    assert osb.idle_since(longer, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1, min_s=40.0))
