@@ -944,7 +944,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      workers=args.workers, resync_s=args.resync_interval,
                      converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
                      restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
-    started, load_start = time.monotonic(), os.getloadavg()
+    started, load_start, commit = time.monotonic(), os.getloadavg(), git_commit()
     results = {name: OperatorRun(ctx, name, args.ascend_llm).run() for name in args.operators}
     ordered = [results[name] for name in (OURS, MINIMAL) if name in results]
     print(format_table(ordered))
@@ -959,7 +959,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         report = {
             "count": args.count, "resync_interval_s": args.resync_interval, "workers": args.workers,
-            "commit": git_commit(), "cpus": os.cpu_count(),
+            "commit": commit, "cpus": os.cpu_count(),
             "load_average_start": load_start, "load_average_end": os.getloadavg(),
             "python": platform.python_version(), "wall_s": round(time.monotonic() - started, 1),
             "log_dir": str(log_dir), "operators": {name: asdict(result) for name, result in results.items()},
