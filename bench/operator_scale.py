@@ -38,6 +38,7 @@ import concurrent.futures
 import json
 import os
 import platform
+from resource import RUSAGE_SELF, getrusage
 import signal
 import socket
 import subprocess
@@ -962,6 +963,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "commit": commit, "cpus": os.cpu_count(),
             "load_average_start": load_start, "load_average_end": os.getloadavg(),
             "python": platform.python_version(), "wall_s": round(time.monotonic() - started, 1),
+            # This script's own CPU (the operators are its children: not counted here).
+            "bench_cpu_s": round(sum(getrusage(RUSAGE_SELF)[:2]), 1),
             "log_dir": str(log_dir), "operators": {name: asdict(result) for name, result in results.items()},
             "targets": [asdict(target) for target in targets], "failures": failed, "passed": not failed,
         }
