@@ -38,7 +38,6 @@ import concurrent.futures
 import json
 import os
 import platform
-from resource import RUSAGE_SELF, getrusage
 import signal
 import socket
 import subprocess
@@ -51,6 +50,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from resource import RUSAGE_SELF, getrusage
 from typing import Any, NamedTuple
 
 import yaml
