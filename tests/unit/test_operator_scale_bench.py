@@ -1,6 +1,8 @@
-"""The pure parts of the operator scale benchmark (bench/operator_scale.py): the write count read
-from the API server's ``apiserver_request_total`` text, the lag statistics, and the verdict against
-issue #10's targets. Synthetic inputs with complete expected values; no cluster.
+"""The pure parts of the operator scale benchmark (bench/operator_scale.py): the writes and reads
+read from the API server's ``apiserver_request_total`` text (with prometheus_client's parser), the
+idle check after a restart, the lag statistics (the percentile of bench/loadgen.py), the verdict
+against issue #10's targets and the table. Synthetic inputs with complete expected values; no
+cluster.
 """
 
 from __future__ import annotations
