@@ -1,0 +1,976 @@
+"""Operator scale benchmark: the project's operator against a minimal kopf operator
+(``bench/minimal_operator.py``), side by side, on a real API server (``../shared/k8s``).
+
+Why: issue #10 asks that the operator converges about as fast as the least a kopf operator can
+do, stays small at 1,000 resources, and sends no write to the API server when nothing changed
+(an idle resync, a restart). Only the operator's command line and environment and the Kubernetes
+API are used, so the benchmark outlives rewrites of the operator.
+
+For each operator in turn, in a fresh namespace: start it as a subprocess (``--standalone -n NS``,
+``KUBECONFIG``), server-side apply N resources at once from a thread pool (the CPU spec of
+``examples/cpu-tiny.yaml``, distinct names), and measure
+
+- converge time: first apply to the last child present (ConfigMap, Deployment, Service and
+  PodDisruptionBudget, each owned by its resource), and to the last status written
+  (``status.observedGeneration`` present); apply-to-status lag per resource (median, p99);
+- the operator's RSS (its process tree, psutil): peak and at the end;
+- writes per idle resync: after a settle of one resync interval, the writes over two resync
+  intervals, divided by the number of intervals;
+- writes on a restart: SIGTERM, start again with all N present, writes until it is idle again.
+
+Writes are the API server's own ``apiserver_request_total`` (GET /metrics): verbs POST, PUT,
+PATCH, DELETE, DELETECOLLECTION and APPLY, not dry-run. The metric has no user or user-agent
+label; its ``system_client`` label names the control plane's own clients (derived from their user
+agent) and is empty for every other one. Counted are the writes of non-system clients minus what
+kwok (the fake kubelet, also a non-system client) writes: nodes, leases and pods. In the windows
+only the operator and kwok run, so the count is the operator's. The same clients' reads (GET,
+LIST) in the idle window are reported too: they show that the resyncs ran.
+
+Exit status 0 when every target holds, 1 with the reasons otherwise, 2 when the run could not be
+made. The pure parts (``parse_requests``, ``request_delta``, ``idle_since``, ``lag_stats``,
+``evaluate``, ``format_table``) are tested in tests/unit/test_operator_scale_bench.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from resource import RUSAGE_SELF, getrusage
+from typing import Any, NamedTuple
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+# The same percentile as the other benchmarks', beside this file (run as a script or loaded by path).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import percentile  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD_FILE = ROOT / "crds" / "llm.ascend.dev_ascendllmdeployments.yaml"
+EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
+MINIMAL_OPERATOR = Path(__file__).resolve().parent / "minimal_operator.py"
+FIELD_MANAGER = "operator-scale-bench"
+
+OURS = "ours"
+MINIMAL = "minimal"
+
+# ------------------------------------------------------------------------------------- targets
+
+#: Converge time (children and status) at most this multiple of the minimal operator's.
+CONVERGE_RATIO_MAX = 1.2
+#: Peak RSS of the operator's process tree, in MB (10**6 bytes), stated for N = 1000.
+RSS_MAX_MB = 150.0
+
+# ------------------------------------------------------------------------------------- writes
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
+#: Reads that show an idle resync did run (a watch is one long request: not counted).
+READ_VERBS = frozenset({"GET", "LIST"})
+#: (group, resource) that kwok writes as a non-system client: node status, node leases, pod status
+#: and pod removal. The operators write none of them (peering is off: ``--standalone``).
+KWOK_RESOURCES = frozenset({("", "nodes"), ("coordination.k8s.io", "leases"), ("", "pods")})
+#: What kwok reads while idle (node heartbeats); reads of pods stay in: the operators read them.
+KWOK_READ_RESOURCES = frozenset({("", "nodes"), ("coordination.k8s.io", "leases")})
+METRIC = "apiserver_request_total"
+
+
+class WriteKey(NamedTuple):
+    group: str
+    resource: str
+    subresource: str
+    verb: str
+
+    def label(self) -> str:
+        kind = f"{self.resource}.{self.group}" if self.group else self.resource
+        return f"{self.verb} {kind}{'/' + self.subresource if self.subresource else ''}"
+
+
+def parse_requests(text: str) -> Counter[WriteKey]:
+    """The cumulative writes and reads (GET, LIST; not WATCH) of non-system clients on API
+    resources, less kwok's kinds, in the API server's metrics text."""
+
+    # /metrics is megabytes of histograms: parse only the one family's lines.
+    wanted = "\n".join(line for line in text.splitlines()
+                       if line.startswith(METRIC) or line.startswith(f"# TYPE {METRIC} ")
+                       or line.startswith(f"# HELP {METRIC} ")) + "\n"
+    requests: Counter[WriteKey] = Counter()
+    for family in text_string_to_metric_families(wanted):
+        for sample in family.samples:
+            labels = sample.labels
+            verb, group, resource = labels.get("verb"), labels.get("group", ""), labels.get("resource", "")
+            if sample.name != METRIC or verb not in WRITE_VERBS | READ_VERBS or labels.get("dry_run"):
+                continue
+            if labels.get("system_client"):
+                continue  # the control plane's own components
+            kwok = KWOK_RESOURCES if verb in WRITE_VERBS else KWOK_READ_RESOURCES
+            if not resource or (group, resource) in kwok:
+                continue  # /metrics, /healthz, discovery; kwok's kinds
+            requests[WriteKey(group, resource, labels.get("subresource", ""), verb)] += int(sample.value)
+    return requests
+
+
+def only(requests: Mapping[WriteKey, int], verbs: frozenset[str]) -> Counter[WriteKey]:
+    return Counter({key: value for key, value in requests.items() if key.verb in verbs})
+
+
+def parse_writes(text: str) -> Counter[WriteKey]:
+    """The cumulative writes of non-system clients, not kwok's, in the API server's metrics text."""
+
+    return only(parse_requests(text), WRITE_VERBS)
+
+
+def request_delta(before: Mapping[WriteKey, int], after: Mapping[WriteKey, int]) -> Counter[WriteKey]:
+    """The requests between two readings of the counters (which only grow while the server runs)."""
+
+    delta = Counter({key: after[key] - before.get(key, 0) for key in after})
+    if any(value < 0 for value in delta.values()):
+        raise ValueError("apiserver_request_total went down: the API server restarted during the window")
+    return +delta
+
+
+# ------------------------------------------------------------------------------------- statistics
+
+
+def lag_stats(values: Sequence[float]) -> dict[str, float | None]:
+    """Median, p99 and max of per-resource lags, seconds."""
+
+    return {"median_s": percentile(values, 50), "p99_s": percentile(values, 99),
+            "max_s": max(values) if values else None}
+
+
+@dataclass
+class OperatorResult:
+    """What one operator's run measured; None where the run did not get that far."""
+
+    name: str
+    count: int
+    applied: int = 0
+    apply_s: float | None = None
+    converge_children_s: float | None = None
+    converge_status_s: float | None = None
+    children_missing: int | None = None
+    status_missing: int | None = None
+    status_lag: dict[str, float | None] = field(default_factory=dict)
+    children_lag: dict[str, float | None] = field(default_factory=dict)
+    rss_peak_mb: float | None = None
+    rss_end_mb: float | None = None
+    rss_restart_peak_mb: float | None = None
+    idle_window_s: float | None = None
+    idle_writes: int | None = None
+    idle_writes_per_resync: float | None = None
+    idle_writes_by_kind: dict[str, int] = field(default_factory=dict)
+    idle_cpu_cores: float = 0.0
+    idle_reads: int | None = None
+    restart_window_s: float | None = None
+    restart_idle: bool | None = None
+    restart_writes: int | None = None
+    restart_writes_by_kind: dict[str, int] = field(default_factory=dict)
+    restart_reads: int | None = None
+    converge_writes: int | None = None
+    cpu_s: float | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    value: float | None
+    limit: str
+    passed: bool | None  # None: not measured in this run
+    detail: str = ""
+
+
+def evaluate(ours: OperatorResult, minimal: OperatorResult | None) -> list[Target]:
+    """The targets of issue #10 for the project's operator; the minimal operator is the yardstick."""
+
+    targets: list[Target] = []
+    for label, attr in (("converge to last child", "converge_children_s"),
+                        ("converge to last status", "converge_status_s")):
+        value = getattr(ours, attr)
+        base = getattr(minimal, attr) if minimal else None
+        if value is None:
+            targets.append(Target(f"{label} / minimal", None, f"<= {CONVERGE_RATIO_MAX}x", False,
+                                  "the project's operator did not converge"))
+        elif minimal is None:
+            targets.append(Target(f"{label} / minimal", None, f"<= {CONVERGE_RATIO_MAX}x", None,
+                                  "the minimal operator was not run"))
+        elif base is None:
+            targets.append(Target(f"{label} / minimal", None, f"<= {CONVERGE_RATIO_MAX}x", None,
+                                  "the minimal operator did not converge: no yardstick"))
+        else:
+            ratio = value / base
+            targets.append(Target(f"{label} / minimal", round(ratio, 3), f"<= {CONVERGE_RATIO_MAX}x",
+                                  ratio <= CONVERGE_RATIO_MAX, f"{value:.1f} s vs {base:.1f} s"))
+    peak = max((v for v in (ours.rss_peak_mb, ours.rss_restart_peak_mb) if v is not None), default=None)
+    targets.append(Target("peak RSS (MB)", peak, f"<= {RSS_MAX_MB:g} at N=1000",
+                          None if peak is None else peak <= RSS_MAX_MB,
+                          "" if ours.count == 1000 else f"measured at N={ours.count}"))
+    targets.append(Target("writes per idle resync", ours.idle_writes_per_resync, "0",
+                          None if ours.idle_writes_per_resync is None else ours.idle_writes == 0,
+                          _kinds(ours.idle_writes_by_kind)))
+    restart_ok = None if ours.restart_writes is None else ours.restart_writes == 0
+    detail = _kinds(ours.restart_writes_by_kind)
+    if ours.restart_idle is False:
+        restart_ok, detail = False, f"not idle within the window; {detail}"
+    targets.append(Target("writes on restart", ours.restart_writes, "0", restart_ok, detail))
+    for error in ours.errors:
+        targets.append(Target("run", None, "no error", False, error))
+    return targets
+
+
+def _kinds(by_kind: Mapping[str, int]) -> str:
+    return ", ".join(f"{key} x{value}" for key, value in sorted(by_kind.items()))
+
+
+def failures(targets: Sequence[Target]) -> list[str]:
+    return [f"{t.name}: {t.value} (target {t.limit}){': ' + t.detail if t.detail else ''}"
+            for t in targets if t.passed is False]
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def format_table(results: Sequence[OperatorResult]) -> str:
+    """The side-by-side table (Markdown) of the measured figures."""
+
+    rows = [
+        ("resources applied", lambda r: _fmt(r.applied)),
+        ("apply of all resources (s)", lambda r: _fmt(r.apply_s)),
+        ("converge: first apply to last child (s)", lambda r: _fmt(r.converge_children_s)),
+        ("converge: first apply to last status (s)", lambda r: _fmt(r.converge_status_s)),
+        ("apply-to-status lag median / p99 (s)",
+         lambda r: f"{_fmt(r.status_lag.get('median_s'), 2)} / {_fmt(r.status_lag.get('p99_s'), 2)}"),
+        ("apply-to-children lag median / p99 (s)",
+         lambda r: f"{_fmt(r.children_lag.get('median_s'), 2)} / {_fmt(r.children_lag.get('p99_s'), 2)}"),
+        ("writes until converged", lambda r: _fmt(r.converge_writes)),
+        ("CPU while idle (cores)", lambda r: _fmt(r.idle_cpu_cores, 3)),
+        ("reads (GET, LIST) in the idle window", lambda r: _fmt(r.idle_reads)),
+        ("reads (GET, LIST) after the restart", lambda r: _fmt(r.restart_reads)),
+        ("RSS peak / end (MB)", lambda r: f"{_fmt(r.rss_peak_mb)} / {_fmt(r.rss_end_mb)}"),
+        ("RSS peak after restart (MB)", lambda r: _fmt(r.rss_restart_peak_mb)),
+        ("CPU s (operator tree, first start)", lambda r: _fmt(r.cpu_s)),
+        ("writes per idle resync", lambda r: _fmt(r.idle_writes_per_resync, 2)
+         + (f" ({r.idle_writes} in {r.idle_window_s:.0f} s)" if r.idle_window_s is not None else "")),
+        ("writes on restart", lambda r: _fmt(r.restart_writes)
+         + (f" (in {r.restart_window_s:.0f} s{'' if r.restart_idle else ', not idle'})"
+            if r.restart_window_s is not None else "")),
+    ]
+    lines = ["| | " + " | ".join(r.name for r in results) + " |", "|---" * (len(results) + 1) + "|"]
+    lines += [f"| {label} | " + " | ".join(cell(r) for r in results) + " |" for label, cell in rows]
+    return "\n".join(lines)
+
+
+def format_targets(targets: Sequence[Target]) -> str:
+    mark = {True: "pass", False: "FAIL", None: "not measured"}
+    return "\n".join(f"- {mark[t.passed]}: {t.name} = {_fmt(t.value, 3)} (target {t.limit})"
+                     + (f"; {t.detail}" if t.detail else "") for t in targets)
+
+
+# ------------------------------------------------------------------------------------- API access
+
+
+class Api:
+    """A thin JSON client over the kubeconfig's connection (no model classes: cheap on the CPU)."""
+
+    def __init__(self, kubeconfig: str, pool_size: int) -> None:
+        import kubernetes
+        import urllib3
+
+        cfg = kubernetes.client.Configuration()
+        kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        self.host = cfg.host.rstrip("/")
+        self.headers: dict[str, str] = {}
+        token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+        if token:
+            prefix = cfg.api_key_prefix.get("authorization") or cfg.api_key_prefix.get("BearerToken")
+            self.headers["Authorization"] = f"{prefix} {token}" if prefix else token
+        self.pool = urllib3.PoolManager(
+            num_pools=4, maxsize=pool_size, cert_reqs="CERT_REQUIRED" if cfg.verify_ssl else "CERT_NONE",
+            ca_certs=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file)
+
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json",
+                accept: str = "application/json", timeout: float = 60, ok: Sequence[int] = (200, 201, 202)
+                ) -> Any:
+        headers = {**self.headers, "Accept": accept}
+        data = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            data = json.dumps(body).encode()
+        response = self.pool.request(method, self.host + path, body=data, headers=headers, timeout=timeout)
+        if response.status not in ok:
+            raise ApiError(method, path, response.status, response.data.decode(errors="replace")[:500])
+        text = response.data.decode()
+        return json.loads(text) if accept.startswith("application/json") and text else text
+
+    def apply(self, path: str, obj: Mapping[str, Any]) -> Any:
+        return self.request("PATCH", f"{path}?fieldManager={FIELD_MANAGER}&force=true", obj,
+                            content_type="application/apply-patch+yaml")
+
+    def watch(self, path: str, resource_version: str, accept: str,
+              timeout_s: int) -> Iterator[dict[str, Any]]:
+        import urllib3
+
+        url = (f"{self.host}{path}?watch=true&allowWatchBookmarks=true&resourceVersion={resource_version}"
+               f"&timeoutSeconds={timeout_s}")
+        response = self.pool.request("GET", url, headers={**self.headers, "Accept": accept},
+                                     preload_content=False,
+                                     timeout=urllib3.Timeout(connect=10, read=timeout_s + 30))
+        try:
+            if response.status != 200:
+                raise ApiError("WATCH", path, response.status, response.data.decode(errors="replace")[:500])
+            buffer = b""
+            for chunk in response.stream(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.release_conn()
+
+    def metrics_requests(self) -> Counter[WriteKey]:
+        return parse_requests(self.request("GET", "/metrics", accept="text/plain"))
+
+    def metrics_writes(self) -> Counter[WriteKey]:
+        return only(self.metrics_requests(), WRITE_VERBS)
+
+
+class ApiError(RuntimeError):
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {body}")
+        self.status = status
+
+
+# Metadata only: a watch of children needs names and owners, not the objects (far less to parse).
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+METADATA_ONLY_WATCH = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+CHILD_COLLECTIONS = {
+    "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
+    "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
+    "Service": "/api/v1/namespaces/{ns}/services",
+    "PodDisruptionBudget": "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+}
+
+
+@dataclass(frozen=True)
+class Crd:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    body: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: Path) -> Crd:
+        body = yaml.safe_load(path.read_text())
+        spec = body["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+        return cls(spec["group"], version, spec["names"]["plural"], spec["names"]["kind"], body)
+
+    def collection(self, namespace: str) -> str:
+        return f"/apis/{self.group}/{self.version}/namespaces/{namespace}/{self.plural}"
+
+
+def install_crd(api: Api, crd: Crd, timeout_s: float = 60) -> None:
+    name = crd.body["metadata"]["name"]
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+    api.apply(path, crd.body)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        conditions = (api.request("GET", path).get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"CRD {name} not Established within {timeout_s:.0f} s")
+
+
+# ------------------------------------------------------------------------------------- tracking
+
+
+class Tracker:
+    """First-seen times (monotonic) of each resource's children and status, from watches."""
+
+    def __init__(self, names: Sequence[str], kind: str) -> None:
+        self.names = set(names)
+        self.kind = kind
+        self.applied: dict[str, float] = {}
+        self.children: dict[tuple[str, str], float] = {}  # (child kind, owner name) -> first seen
+        self.status: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+
+    def expected_children(self) -> int:
+        return len(self.names) * len(CHILD_COLLECTIONS)
+
+    def child(self, child_kind: str, metadata: Mapping[str, Any]) -> None:
+        now = time.monotonic()
+        for ref in metadata.get("ownerReferences") or []:
+            if ref.get("kind") == self.kind and ref.get("name") in self.names:
+                with self._lock:
+                    self.children.setdefault((child_kind, ref["name"]), now)
+                self._check()
+
+    def resource(self, obj: Mapping[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if name in self.names and (obj.get("status") or {}).get("observedGeneration") is not None:
+            with self._lock:
+                self.status.setdefault(name, time.monotonic())
+            self._check()
+
+    def _check(self) -> None:
+        if len(self.status) == len(self.names) and len(self.children) == self.expected_children():
+            self.done.set()
+
+
+class Watcher(threading.Thread):
+    """List, then watch, one collection until stopped; relists only when the watch expires."""
+
+    WATCH_TIMEOUT_S = 20  # a stopped watcher ends within this
+
+    def __init__(self, api: Api, path: str, accept_list: str, accept_watch: str, handle: Any) -> None:
+        super().__init__(daemon=True, name=f"watch {path}")
+        self.api, self.path, self.accept_list, self.accept_watch, self.handle = (
+            api, path, accept_list, accept_watch, handle)
+        self.stopped = threading.Event()
+        self.ready = threading.Event()
+        self.error: str | None = None
+
+    def run(self) -> None:
+        version: str | None = None  # None: (re)list first
+        while not self.stopped.is_set():
+            try:
+                if version is None:
+                    listing = self.api.request("GET", self.path, accept=self.accept_list)
+                    for item in listing.get("items") or []:
+                        self.handle(item)
+                    self.ready.set()
+                    version = listing["metadata"]["resourceVersion"]
+                # A watch that ends goes on from the last version seen; only an expired one relists.
+                for event in self.api.watch(self.path, version, self.accept_watch, self.WATCH_TIMEOUT_S):
+                    if event["type"] == "ERROR":
+                        version = None  # 410 Gone
+                        break
+                    version = event["object"]["metadata"].get("resourceVersion") or version
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self.handle(event["object"])
+                    if self.stopped.is_set():
+                        return
+            except Exception as error:  # noqa: BLE001 - keep watching; the run's timeout decides
+                self.error = f"{self.path}: {error}"
+                version = None
+                time.sleep(1)
+
+
+# ------------------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OperatorProcess:
+    """One operator subprocess (own session), its liveness endpoint and its process tree's usage."""
+
+    STOP_GRACE_S = 30
+
+    def __init__(self, name: str, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> None:
+        self.name, self.argv, self.env, self.log_path = name, list(argv), dict(env), log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.peak_rss = 0
+        self._sampler: threading.Thread | None = None
+        self._sampling = threading.Event()
+
+    def start(self, timeout_s: float) -> None:
+        import urllib3
+
+        self.port = free_port()
+        argv = [*self.argv, "--liveness", f"http://127.0.0.1:{self.port}/healthz"]
+        with self.log_path.open("ab") as log:
+            log.write(f"\n==== {time.strftime('%H:%M:%S')} {' '.join(argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        self.peak_rss = 0
+        self._sampling.set()
+        self._sampler = threading.Thread(target=self._sample, daemon=True, name=f"rss {self.name}")
+        self._sampler.start()
+        http = urllib3.PoolManager()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} operator exited with {self.proc.returncode} at start; "
+                                   f"log {self.log_path}:\n{self.log_tail()}")
+            try:
+                url = f"http://127.0.0.1:{self.port}/healthz"
+                if http.request("GET", url, timeout=2, retries=False).status == 200:
+                    return
+            except urllib3.exceptions.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.name} operator not live within {timeout_s:.0f} s; log {self.log_path}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _tree(self) -> list[Any]:
+        import psutil
+
+        try:
+            root = psutil.Process(self.proc.pid)  # type: ignore[union-attr]
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def rss(self) -> int:
+        import psutil
+
+        total = 0
+        for proc in self._tree():
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def cpu_s(self) -> float:
+        import psutil
+
+        total = 0.0
+        for proc in self._tree():
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
+
+    def _sample(self) -> None:
+        while self._sampling.is_set() and self.proc is not None and self.proc.poll() is None:
+            self.peak_rss = max(self.peak_rss, self.rss())
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self._sampling.clear()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(self.STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its session: anything it left behind
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc = None
+
+
+def mb(value: int) -> float:
+    return round(value / 1e6, 1)
+
+
+# ------------------------------------------------------------------------------------- one run
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every operator's run shares."""
+
+    api: Api
+    crd: Crd
+    example: dict[str, Any]
+    count: int
+    workers: int
+    resync_s: float
+    converge_timeout_s: float
+    restart_quiet_s: float
+    restart_timeout_s: float
+    kubeconfig: str
+    log_dir: Path
+
+
+def resource_body(ctx: RunContext, name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": f"{ctx.crd.group}/{ctx.crd.version}", "kind": ctx.crd.kind,
+            "metadata": {"name": name, "namespace": namespace}, "spec": ctx.example["spec"]}
+
+
+def operator_command(name: str, namespace: str, ascend_llm: str) -> list[str]:
+    if name == OURS:
+        return [ascend_llm, "operator", "run", "--standalone", "-n", namespace]
+    return [sys.executable, "-m", "kopf", "run", "--standalone", "-n", namespace, str(MINIMAL_OPERATOR)]
+
+
+def operator_env(ctx: RunContext) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_LLM_OPERATOR_")}
+    env["KUBECONFIG"] = ctx.kubeconfig
+    env["ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S"] = f"{ctx.resync_s:g}"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def create_namespace(api: Api, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    api.request("POST", "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # pods are refused until the default ServiceAccount exists
+        found = api.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts"
+                                   "?fieldSelector=metadata.name%3Ddefault")
+        if found.get("items"):
+            break
+        time.sleep(0.2)
+    return name
+
+
+def delete_namespace(ctx: RunContext, namespace: str, timeout_s: float = 900) -> str | None:
+    """Delete the namespace (finalizers left by a stopped operator removed first); wait until gone."""
+
+    api = ctx.api
+    listing = api.request("GET", ctx.crd.collection(namespace), accept=METADATA_ONLY)
+    stuck = [item["metadata"]["name"] for item in listing.get("items") or []
+             if item["metadata"].get("finalizers")]
+
+    def unblock(name: str) -> None:
+        api.request("PATCH", f"{ctx.crd.collection(namespace)}/{name}", {"metadata": {"finalizers": None}},
+                    content_type="application/merge-patch+json", ok=(200, 404))
+
+    with concurrent.futures.ThreadPoolExecutor(ctx.workers) as pool:
+        list(pool.map(unblock, stuck))
+    api.request("DELETE", f"/api/v1/namespaces/{namespace}", ok=(200, 202, 404))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            api.request("GET", f"/api/v1/namespaces/{namespace}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        time.sleep(2)
+    return f"namespace {namespace} still there {timeout_s:.0f} s after its delete"
+
+
+class IdleCheck(NamedTuple):
+    """When a restarted operator counts as idle again: no write and at most ``cpu_limit`` cores,
+    both over the last ``quiet_s`` (which spans at least one resync interval, so periodic work is
+    averaged, not mistaken for start-up work), and not before ``min_s``. An operator that writes
+    nothing on a resume may still be resuming at a CPU rate near its resyncs'; the floor (the
+    first start's converge time) keeps such a window from ending before the resumes do."""
+
+    quiet_s: float
+    cpu_limit: float
+    min_s: float = 0.0
+
+
+def idle_since(samples: Sequence[tuple[float, int, float]], check: IdleCheck) -> bool:
+    """Whether the trailing ``check.quiet_s`` of (time, writes so far, CPU seconds) samples is idle."""
+
+    if not samples or samples[-1][0] - samples[0][0] < max(check.quiet_s, check.min_s):
+        return False
+    now, writes, cpu = samples[-1]
+    start = next(sample for sample in reversed(samples) if now - sample[0] >= check.quiet_s)
+    return writes == start[1] and (cpu - start[2]) / (now - start[0]) <= check.cpu_limit
+
+
+def wait_idle(api: Api, op: OperatorProcess, before: Counter[WriteKey], check: IdleCheck, timeout_s: float,
+              poll_s: float = 3.0) -> tuple[bool, float, Counter[WriteKey]]:
+    """Poll writes and the operator's CPU until :func:`idle_since` holds, or ``timeout_s`` past the
+    floor; returns whether it went idle, the window and the requests in it."""
+
+    start = time.monotonic()
+    requests = request_delta(before, api.metrics_requests())
+    samples = [(start, sum(only(requests, WRITE_VERBS).values()), op.cpu_s())]
+    while time.monotonic() - start < check.min_s + timeout_s:
+        time.sleep(poll_s)
+        requests = request_delta(before, api.metrics_requests())
+        samples.append((time.monotonic(), sum(only(requests, WRITE_VERBS).values()), op.cpu_s()))
+        if idle_since(samples, check):
+            return True, samples[-1][0] - start, requests
+    return False, time.monotonic() - start, requests
+
+
+class OperatorRun:
+    """One operator's run in its own namespace: converge, idle, restart, cleanup."""
+
+    def __init__(self, ctx: RunContext, name: str, ascend_llm: str) -> None:
+        self.ctx, self.api = ctx, ctx.api
+        self.result = OperatorResult(name=name, count=ctx.count)
+        self.namespace = create_namespace(ctx.api, f"bench-{name}")
+        self.names = [f"llm-{index:04d}" for index in range(ctx.count)]
+        self.tracker = Tracker(self.names, ctx.crd.kind)
+        self.cpu_start = 0.0
+        self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm), operator_env(ctx),
+                                  ctx.log_dir / f"{name}-operator.log")
+        self.watchers = [
+            Watcher(self.api, path.format(ns=self.namespace), METADATA_ONLY, METADATA_ONLY_WATCH,
+                    lambda obj, kind=kind: self.tracker.child(kind, obj["metadata"]))
+            for kind, path in CHILD_COLLECTIONS.items()
+        ]
+        self.watchers.append(Watcher(self.api, ctx.crd.collection(self.namespace), "application/json",
+                                     "application/json", self.tracker.resource))
+
+    def run(self) -> OperatorResult:
+        result = self.result
+        log(f"{result.name}: namespace {self.namespace}, {self.ctx.count} resources, log {self.op.log_path}")
+        try:
+            self.converge()
+            self.idle()
+            self.restart()
+        except Exception as error:  # noqa: BLE001 - the run is reported with what it measured
+            result.errors.append(f"{type(error).__name__}: {error}")
+            log(f"{result.name}: ERROR {error}")
+        finally:
+            self.cleanup()
+        return result
+
+    def converge(self) -> None:
+        ctx, result, tracker = self.ctx, self.result, self.tracker
+        for watcher in self.watchers:
+            watcher.start()
+        for watcher in self.watchers:
+            if not watcher.ready.wait(30):
+                raise RuntimeError(f"watch of {watcher.path} not started within 30 s: {watcher.error}")
+        self.op.start(timeout_s=120)
+        self.cpu_start = self.op.cpu_s()
+        writes_start = self.api.metrics_writes()
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(ctx.workers) as pool:
+            for future in [pool.submit(self._apply, name) for name in self.names]:
+                try:
+                    future.result()
+                except Exception as error:  # noqa: BLE001 - counted and reported
+                    result.errors.append(f"apply: {error}")
+        result.apply_s = round(time.monotonic() - t0, 2)
+        result.applied = len(tracker.applied)
+        log(f"{result.name}: {result.applied} applied in {result.apply_s} s; waiting for children and status")
+        converged = tracker.done.wait(ctx.converge_timeout_s)
+        for watcher in self.watchers:
+            watcher.stopped.set()
+        result.children_missing = tracker.expected_children() - len(tracker.children)
+        result.status_missing = len(self.names) - len(tracker.status)
+        if tracker.children and not result.children_missing:
+            result.converge_children_s = round(max(tracker.children.values()) - t0, 2)
+        if tracker.status and not result.status_missing:
+            result.converge_status_s = round(max(tracker.status.values()) - t0, 2)
+        applied = tracker.applied
+        result.status_lag = lag_stats([seen - applied[n] for n, seen in tracker.status.items()
+                                       if n in applied])
+        last_child: dict[str, float] = {}
+        for (_, owner), seen in tracker.children.items():
+            last_child[owner] = max(last_child.get(owner, 0.0), seen)
+        result.children_lag = lag_stats([seen - applied[n] for n, seen in last_child.items() if n in applied])
+        # The operator's: less the benchmark's own applies (one request each).
+        writes = request_delta(writes_start, self.api.metrics_writes())
+        result.converge_writes = sum(writes.values()) - len(self.names)
+        if not converged:
+            errors = [w.error for w in self.watchers if w.error]
+            result.errors.append(
+                f"not converged within {ctx.converge_timeout_s:.0f} s: {result.children_missing} children "
+                f"and {result.status_missing} statuses missing"
+                + (f"; watch errors: {errors}" if errors else ""))
+        log(f"{result.name}: children {result.converge_children_s} s, status {result.converge_status_s} s")
+
+    def _apply(self, name: str) -> None:
+        collection = self.ctx.crd.collection(self.namespace)
+        self.api.apply(f"{collection}/{name}", resource_body(self.ctx, name, self.namespace))
+        self.tracker.applied[name] = time.monotonic()
+
+    def idle(self) -> None:
+        """Let the first resync after the last change pass, then count over two intervals."""
+
+        ctx, result, op = self.ctx, self.result, self.op
+        log(f"{result.name}: settling for {ctx.resync_s + 10:g} s")
+        time.sleep(ctx.resync_s + 10)
+        window = 2 * ctx.resync_s + 5
+        before, cpu_before = self.api.metrics_requests(), op.cpu_s()
+        time.sleep(window)
+        requests = request_delta(before, self.api.metrics_requests())
+        idle = only(requests, WRITE_VERBS)
+        result.idle_reads = sum(only(requests, READ_VERBS).values())
+        result.idle_cpu_cores = round((op.cpu_s() - cpu_before) / window, 3)
+        result.idle_window_s = window
+        result.idle_writes = sum(idle.values())
+        result.idle_writes_per_resync = round(result.idle_writes / (window / ctx.resync_s), 2)
+        result.idle_writes_by_kind = {key.label(): value for key, value in idle.items()}
+        result.rss_peak_mb = mb(op.peak_rss)
+        result.rss_end_mb = mb(op.rss())
+        result.cpu_s = round(op.cpu_s() - self.cpu_start, 1)
+        log(f"{result.name}: {result.idle_writes} writes in {window:g} s idle; "
+            f"RSS peak {result.rss_peak_mb} MB")
+
+    def restart(self) -> None:
+        ctx, result, op = self.ctx, self.result, self.op
+        op.stop()
+        before = self.api.metrics_requests()
+        op.start(timeout_s=120)
+        # Idle again: CPU back near what the idle window used (its resyncs), plus 5 % of a core.
+        check = IdleCheck(max(ctx.restart_quiet_s, ctx.resync_s + 5), 0.05 + 1.5 * result.idle_cpu_cores,
+                          min_s=result.converge_status_s or 0.0)
+        idle_again, waited, requests = wait_idle(self.api, op, before, check, ctx.restart_timeout_s)
+        restart = only(requests, WRITE_VERBS)
+        result.restart_reads = sum(only(requests, READ_VERBS).values())
+        result.restart_idle = idle_again
+        result.restart_window_s = round(waited, 1)
+        result.restart_writes = sum(restart.values())
+        result.restart_writes_by_kind = {key.label(): value for key, value in restart.items()}
+        result.rss_restart_peak_mb = mb(op.peak_rss)
+        log(f"{result.name}: {result.restart_writes} writes after the restart "
+            f"({waited:.0f} s, idle={idle_again})")
+
+    def cleanup(self) -> None:
+        for watcher in self.watchers:
+            watcher.stopped.set()
+        self.op.stop()
+        log(f"{self.result.name}: deleting namespace {self.namespace}")
+        try:
+            problem = delete_namespace(self.ctx, self.namespace)
+        except Exception as error:  # noqa: BLE001
+            problem = f"cleanup of {self.namespace}: {error}"
+        if problem:
+            self.result.errors.append(problem)
+
+
+# ------------------------------------------------------------------------------------- main
+
+
+def start_control_plane(pack: Path, workdir: Path, port_base: str) -> str:
+    workdir.mkdir(parents=True, exist_ok=True)
+    up = subprocess.run(["bash", str(pack / "up.sh"), str(workdir), "--port-base", port_base],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    if up.returncode != 0:
+        raise RuntimeError(f"{pack}/up.sh failed (exit {up.returncode}):\n{up.stderr[-4000:]}")
+    line = up.stdout.strip().splitlines()[-1]
+    if not line.startswith("export KUBECONFIG="):
+        raise RuntimeError(f"{pack}/up.sh printed no KUBECONFIG line: {line!r}")
+    return line.split("=", 1)[1]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=1000,
+                        help="Resources per operator (default %(default)s).")
+    parser.add_argument("--operators", default=f"{OURS},{MINIMAL}",
+                        help="Which to run, in this order (default %(default)s).")
+    parser.add_argument("--resync-interval", type=float, default=30.0,
+                        help="ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S for the project's operator, and the unit "
+                             "of the idle window (default %(default)s s).")
+    parser.add_argument("--workers", type=int, default=16, help="Threads that apply the resources.")
+    parser.add_argument("--converge-timeout", type=float, default=900.0,
+                        help="Seconds (default %(default)s).")
+    parser.add_argument("--restart-quiet", type=float, default=15.0,
+                        help="Idle after a restart: this long (at least a resync interval + 5 s) without a "
+                             "write, with CPU near the idle window's (s; default %(default)s).")
+    parser.add_argument("--restart-timeout", type=float, default=600.0,
+                        help="Seconds beyond the first start's converge time (default %(default)s).")
+    parser.add_argument("--pack", type=Path,
+                        default=Path(os.environ.get("ASCEND_LLM_K8S_PACK") or ROOT.parent / "shared" / "k8s"),
+                        help="The control-plane pack (default ../shared/k8s or ASCEND_LLM_K8S_PACK).")
+    parser.add_argument("--workdir", type=Path,
+                        default=Path(os.environ.get("ASCEND_LLM_K8S_WORKDIR") or ROOT / ".cache" / "k8s"),
+                        help="Its WORKDIR (default .cache/k8s or ASCEND_LLM_K8S_WORKDIR).")
+    parser.add_argument("--port-base", default=os.environ.get("ASCEND_LLM_K8S_PORT_BASE", "20000"),
+                        help="Its --port-base (default 20000 or ASCEND_LLM_K8S_PORT_BASE).")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="Use this cluster (admin rights: /metrics, CRDs) instead of starting the pack.")
+    parser.add_argument("--ascend-llm", default=str(Path(sys.executable).parent / "ascend-llm"),
+                        help="The project's CLI (default: beside this Python).")
+    parser.add_argument("--log-dir", type=Path, default=None,
+                        help="Operator logs (default: a temporary folder).")
+    parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
+    args = parser.parse_args(argv)
+    args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
+    unknown = [name for name in args.operators if name not in (OURS, MINIMAL)]
+    if unknown or not args.operators:
+        parser.error(f"--operators: {unknown or 'empty'}; choose from {OURS}, {MINIMAL}")
+    if args.count < 1:
+        parser.error("--count must be at least 1")
+    if args.resync_interval <= 0:
+        parser.error("--resync-interval must be positive")
+    return args
+
+
+def git_commit() -> str | None:
+    found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=False)
+    return found.stdout.strip() or None
+
+
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # the runs' cleanup (operator stop, namespace delete) runs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        kubeconfig = args.kubeconfig or start_control_plane(args.pack, args.workdir, args.port_base)
+        log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="operator-scale-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        api = Api(kubeconfig, pool_size=args.workers + 8)
+        crd = Crd.load(CRD_FILE)
+        install_crd(api, crd)
+    except Exception as error:  # noqa: BLE001
+        print(f"operator_scale: cannot start: {error}", file=sys.stderr)
+        return 2
+    ctx = RunContext(api=api, crd=crd, example=yaml.safe_load(EXAMPLE.read_text()), count=args.count,
+                     workers=args.workers, resync_s=args.resync_interval,
+                     converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
+                     restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
+    started, load_start, commit = time.monotonic(), os.getloadavg(), git_commit()
+    results = {name: OperatorRun(ctx, name, args.ascend_llm).run() for name in args.operators}
+    ordered = [results[name] for name in (OURS, MINIMAL) if name in results]
+    print(format_table(ordered))
+    targets = evaluate(results[OURS], results.get(MINIMAL)) if OURS in results else []
+    failed = failures(targets)
+    if MINIMAL in results:
+        failed += [f"minimal operator: {error}" for error in results[MINIMAL].errors]
+    if targets:
+        print("\nTargets (the project's operator):\n" + format_targets(targets))
+    if failed:
+        print("\nFAILED:\n" + "\n".join(f"- {reason}" for reason in failed))
+    if args.out:
+        report = {
+            "count": args.count, "resync_interval_s": args.resync_interval, "workers": args.workers,
+            "commit": commit, "cpus": os.cpu_count(),
+            "load_average_start": load_start, "load_average_end": os.getloadavg(),
+            "python": platform.python_version(), "wall_s": round(time.monotonic() - started, 1),
+            # This script's own CPU (the operators are its children: not counted here).
+            "bench_cpu_s": round(sum(getrusage(RUSAGE_SELF)[:2]), 1),
+            "log_dir": str(log_dir), "operators": {name: asdict(result) for name, result in results.items()},
+            "targets": [asdict(target) for target in targets], "failures": failed, "passed": not failed,
+        }
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

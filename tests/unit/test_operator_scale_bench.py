@@ -1,0 +1,221 @@
+"""The pure parts of the operator scale benchmark (bench/operator_scale.py): the writes and reads
+read from the API server's ``apiserver_request_total`` text (with prometheus_client's parser), the
+idle check after a restart, the lag statistics (the percentile of bench/loadgen.py), the verdict
+against issue #10's targets and the table. Synthetic inputs with complete expected values; no
+cluster.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "operator_scale.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("operator_scale_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+osb = load_bench()
+Key = osb.WriteKey
+
+
+def sample(verb: str, resource: str, value: int, *, group: str = "", subresource: str = "", code: str = "200",
+           system_client: str = "", dry_run: str = "") -> str:
+    return (f'apiserver_request_total{{code="{code}",component="apiserver",dry_run="{dry_run}",'
+            f'group="{group}",resource="{resource}",scope="resource",subresource="{subresource}",'
+            f'system_client="{system_client}",verb="{verb}",version="v1"}} {value}')
+
+
+HEADER = ("# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb.\n"
+          "# TYPE apiserver_request_total counter\n")
+# Another family around it, as in the real /metrics text.
+OTHER = ("# HELP apiserver_request_duration_seconds latency\n"
+         "# TYPE apiserver_request_duration_seconds histogram\n"
+         'apiserver_request_duration_seconds_bucket{verb="PATCH",le="0.1"} 99\n')
+
+
+def metrics(*lines: str) -> str:
+    return OTHER + HEADER + "\n".join(lines) + "\n" + OTHER
+
+
+def test_parse_writes_counts_writes_of_non_system_clients_only() -> None:
+    text = metrics(
+        sample("APPLY", "configmaps", 7),
+        sample("APPLY", "configmaps", 2, code="409"),  # refused writes are writes too
+        sample("PATCH", "ascendllmdeployments", 5, group="llm.ascend.dev", subresource="status"),
+        sample("POST", "events", 3),
+        sample("DELETE", "deployments", 1, group="apps"),
+        sample("PUT", "deployments", 4, group="apps", subresource="status",
+               system_client="kube-controller-manager"),
+        sample("APPLY", "configmaps", 6, dry_run="All"),
+        sample("GET", "configmaps", 100),
+        sample("LIST", "deployments", 100, group="apps"),
+        sample("WATCH", "deployments", 100, group="apps"),
+        # kwok, the fake kubelet, is a non-system client too: its kinds are left out.
+        sample("PATCH", "nodes", 9, subresource="status"),
+        sample("PUT", "leases", 9, group="coordination.k8s.io"),
+        sample("PATCH", "pods", 9, subresource="status"),
+        sample("DELETE", "pods", 9),
+    )
+    assert osb.parse_writes(text) == Counter({
+        Key("", "configmaps", "", "APPLY"): 9,
+        Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH"): 5,
+        Key("", "events", "", "POST"): 3,
+        Key("apps", "deployments", "", "DELETE"): 1,
+    })
+
+
+def test_parse_writes_of_text_without_the_metric_is_empty() -> None:
+    assert osb.parse_writes(OTHER) == Counter()
+
+
+def test_request_delta_keeps_only_what_changed() -> None:
+    cm = Key("", "configmaps", "", "APPLY")
+    status = Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH")
+    events = Key("", "events", "", "POST")
+    before = Counter({cm: 10, status: 4})
+    after = Counter({cm: 10, status: 7, events: 2})
+    assert osb.request_delta(before, after) == Counter({status: 3, events: 2})
+    assert sum(osb.request_delta(after, after).values()) == 0
+
+
+def test_request_delta_refuses_a_counter_that_went_down() -> None:
+    cm = Key("", "configmaps", "", "APPLY")
+    with pytest.raises(ValueError, match="restarted"):
+        osb.request_delta(Counter({cm: 10}), Counter({cm: 3}))
+
+
+def test_write_key_label() -> None:
+    assert Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH").label() == \
+        "PATCH ascendllmdeployments.llm.ascend.dev/status"
+    assert Key("", "configmaps", "", "APPLY").label() == "APPLY configmaps"
+
+
+def test_lag_stats_interpolates_between_ranks() -> None:
+    values = [float(v) for v in range(1, 102)]  # 1..101
+    assert osb.lag_stats(values) == {"median_s": 51.0, "p99_s": 100.0, "max_s": 101.0}
+    assert osb.lag_stats([2.0, 1.0]) == {"median_s": 1.5, "p99_s": pytest.approx(1.99), "max_s": 2.0}
+    assert osb.lag_stats([]) == {"median_s": None, "p99_s": None, "max_s": None}
+
+
+def result(name: str, **values):
+    base = dict(count=1000, converge_children_s=10.0, converge_status_s=12.0, rss_peak_mb=100.0,
+                rss_restart_peak_mb=90.0, idle_writes=0, idle_writes_per_resync=0.0, restart_writes=0,
+                restart_idle=True)
+    base.update(values)
+    return osb.OperatorResult(name=name, **base)
+
+
+def verdicts(targets) -> dict[str, bool | None]:
+    return {target.name: target.passed for target in targets}
+
+
+def test_evaluate_passes_when_every_target_holds() -> None:
+    targets = osb.evaluate(result("ours", converge_children_s=11.9, converge_status_s=14.4),
+                           result("minimal", converge_children_s=10.0, converge_status_s=12.0))
+    assert verdicts(targets) == {
+        "converge to last child / minimal": True, "converge to last status / minimal": True,
+        "peak RSS (MB)": True, "writes per idle resync": True, "writes on restart": True,
+    }
+    assert osb.failures(targets) == []
+
+
+def test_evaluate_names_each_failure() -> None:
+    ours = result("ours", converge_children_s=12.1, converge_status_s=30.0, rss_peak_mb=140.0,
+                  rss_restart_peak_mb=151.0, idle_writes=4, idle_writes_per_resync=2.0,
+                  idle_writes_by_kind={"PATCH ascendllmdeployments.llm.ascend.dev/status": 4},
+                  restart_writes=3, restart_writes_by_kind={"APPLY configmaps": 3})
+    targets = osb.evaluate(ours, result("minimal", converge_children_s=10.0, converge_status_s=12.0))
+    assert verdicts(targets) == {
+        "converge to last child / minimal": False, "converge to last status / minimal": False,
+        "peak RSS (MB)": False, "writes per idle resync": False, "writes on restart": False,
+    }
+    reasons = osb.failures(targets)
+    assert reasons[0] == "converge to last child / minimal: 1.21 (target <= 1.2x): 12.1 s vs 10.0 s"
+    assert reasons[2] == "peak RSS (MB): 151.0 (target <= 150 at N=1000)"  # the restart's peak counts
+    assert "PATCH ascendllmdeployments.llm.ascend.dev/status x4" in reasons[3]
+    assert "APPLY configmaps x3" in reasons[4]
+
+
+def test_evaluate_fails_a_restart_that_never_went_idle_and_an_unconverged_run() -> None:
+    ours = result("ours", converge_status_s=None, restart_idle=False, errors=["not converged within 900 s"])
+    targets = osb.evaluate(ours, result("minimal"))
+    got = verdicts(targets)
+    assert got["converge to last status / minimal"] is False
+    assert got["writes on restart"] is False
+    assert got["run"] is False
+    assert "not idle" in next(t.detail for t in targets if t.name == "writes on restart")
+
+
+def test_evaluate_without_a_yardstick_does_not_pass_the_ratio() -> None:
+    alone = verdicts(osb.evaluate(result("ours"), None))
+    assert alone["converge to last child / minimal"] is None
+    no_base = verdicts(osb.evaluate(result("ours"), result("minimal", converge_children_s=None)))
+    assert no_base["converge to last child / minimal"] is None
+    assert osb.failures(osb.evaluate(result("ours"), None)) == []
+
+
+def test_format_table_puts_the_operators_side_by_side() -> None:
+    table = osb.format_table([result("ours", applied=1000), result("minimal", applied=1000)]).splitlines()
+    assert table[0] == "| | ours | minimal |"
+    assert "| converge: first apply to last status (s) | 12.0 | 12.0 |" in table
+    assert "| writes per idle resync | 0.00 | 0.00 |" in table  # no window measured: none shown
+    assert "| writes on restart | 0 | 0 |" in table
+
+
+def test_idle_since_needs_a_full_quiet_window_without_writes_and_busy_cpu() -> None:
+    check = osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1)
+    # (time, writes so far, CPU seconds so far)
+    busy_start = [(0.0, 0, 0.0), (3.0, 5, 3.0), (6.0, 5, 3.2), (9.0, 5, 3.3)]
+    assert not osb.idle_since(busy_start, check)  # under 10 s of samples
+    quiet = [*busy_start, (12.0, 5, 3.4), (15.0, 5, 3.5), (18.0, 5, 3.6)]
+    # the last 10 s: from t=6 (the newest sample at least 10 s old) to 18, no write, 0.4 s CPU in 12 s
+    assert osb.idle_since(quiet, check)
+    late_write = [*quiet[:-1], (18.0, 6, 3.6)]
+    assert not osb.idle_since(late_write, check)
+    periodic_cpu = [*quiet[:-1], (18.0, 5, 5.0)]  # 1.8 s CPU in 12 s = 0.15 cores
+    assert not osb.idle_since(periodic_cpu, check)
+    assert not osb.idle_since([], check)
+
+
+def test_parse_requests_keeps_the_reads_that_show_a_resync_ran() -> None:
+    text = metrics(
+        sample("LIST", "pods", 4),  # the operator reading its pods (kwok writes pods, it does not read them)
+        sample("GET", "leases", 5, group="coordination.k8s.io"),  # kwok's node heartbeat
+        sample("LIST", "pods", 2, system_client="kube-scheduler"),
+        sample("GET", "ascendllmdeployments", 6, group="llm.ascend.dev"),
+        sample("LIST", "deployments", 3, group="apps"),
+        sample("WATCH", "deployments", 8, group="apps"),  # one long request, not a resync
+        sample("GET", "", 9, subresource="/metrics"),  # the benchmark's own scrape
+        sample("PATCH", "ascendllmdeployments", 1, group="llm.ascend.dev", subresource="status"),
+    )
+    requests = osb.parse_requests(text)
+    assert requests == Counter({
+        Key("", "pods", "", "LIST"): 4,
+        Key("llm.ascend.dev", "ascendllmdeployments", "", "GET"): 6,
+        Key("apps", "deployments", "", "LIST"): 3,
+        Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH"): 1,
+    })
+    assert osb.only(requests, osb.READ_VERBS) == Counter({
+        Key("", "pods", "", "LIST"): 4, Key("llm.ascend.dev", "ascendllmdeployments", "", "GET"): 6,
+        Key("apps", "deployments", "", "LIST"): 3})
+    status = Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH")
+    assert osb.parse_writes(text) == Counter({status: 1})
+
+
+def test_idle_since_waits_for_the_floor() -> None:
+    samples = [(float(t), 0, 0.0) for t in range(0, 31, 3)]  # quiet from the start, 30 s long
+    assert osb.idle_since(samples, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1))
+    assert not osb.idle_since(samples, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1, min_s=40.0))
+    longer = [*samples, (42.0, 0, 0.0)]
+    assert osb.idle_since(longer, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1, min_s=40.0))
