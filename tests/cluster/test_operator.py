@@ -154,6 +154,11 @@ def wait_quiet(api: Any, seconds: float = 3.0) -> None:
 WAIT_QUIET_MAX_S = 60.0
 
 
+#: Valid for the CRD and the operator (affinity is passed through verbatim), refused by the API
+#: server in the Deployment's pod template: operator In needs values.
+REFUSED_BY_THE_SERVER: dict[str, Any] = {**SMALL_NPU_SPEC, "npu": {**SMALL_NPU_SPEC["npu"], "affinity": {
+    "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "accelerator", "operator": "In"}]}]}}}}}
 SMALL_CPU_SPEC: dict[str, Any] = {
     "platform": "CPU",
     "model": {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}, "sizeGiB": 1},
@@ -279,27 +284,27 @@ def test_a_deleted_child_comes_back(api: Any, namespace: str, operator: Operator
 
 def test_a_child_the_server_refuses_reaches_status_and_an_event(
         api: Any, namespace: str, operator: OperatorUnderTest) -> None:
-    """Requests above limits pass the CRD schema but not the API server's pod validation."""
+    """An affinity the CRD passes through verbatim, which the API server's pod validation refuses
+    (operator In without values)."""
 
     _, apps, core, _ = _clients(api)
-    spec = {**copy.deepcopy(SMALL_NPU_SPEC), "resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}
-    create(api, namespace, "refused", spec)
+    create(api, namespace, "refused", REFUSED_BY_THE_SERVER)
     resource = settled(api, namespace, "refused", phase="Failed")
     progressing = condition(resource, "Progressing")
     assert progressing["status"] == "False" and progressing["reason"] == "ChildRefused"
     assert "refused Deployment refused" in progressing["message"]
-    assert "resources.requests" in progressing["message"] and "cpu limit" in progressing["message"]
+    assert "spec.template.spec.affinity" in progressing["message"] and "values" in progressing["message"]
     assert "HTTP 422" in progressing["message"]
     assert condition(resource, "Ready")["status"] == "False"
     events = wait_for("a Warning Event", lambda: [e for e in core.list_namespaced_event(namespace).items
                                                   if e.reason == "ChildRefused" and e.type == "Warning"])
-    assert len(events) == 1 and "cpu limit" in events[0].message
+    assert len(events) == 1 and "affinity" in events[0].message
     assert not apps.list_namespaced_deployment(namespace).items
 
     # The fix goes through: the next reconcile is the edit's own event, not a backoff wait.
     custom = _clients(api)[0]
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "refused",
-                                          {"spec": {"resources": {"limits": {"cpu": "8"}}}})
+                                          {"spec": {"npu": {"affinity": None}}})
     resource = settled(api, namespace, "refused")
     assert condition(resource, "Progressing")["reason"] != "ChildRefused"
     output = operator.output()
@@ -318,8 +323,7 @@ def test_a_workload_that_cannot_make_pods_says_why(api: Any, namespace: str, ope
 
 
 def test_one_bad_resource_never_stops_the_others(api: Any, namespace: str, operator: OperatorUnderTest) -> None:
-    bad = {**copy.deepcopy(SMALL_NPU_SPEC), "resources": {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}}
-    create(api, namespace, "bad", bad)
+    create(api, namespace, "bad", REFUSED_BY_THE_SERVER)
     create(api, namespace, "good", SMALL_NPU_SPEC)
     settled(api, namespace, "good")
     settled(api, namespace, "bad", phase="Failed")
