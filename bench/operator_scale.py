@@ -629,6 +629,8 @@ def operator_env(ctx: RunContext) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_LLM_OPERATOR_")}
     env["KUBECONFIG"] = ctx.kubeconfig
     env["ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S"] = f"{ctx.resync_s:g}"
+    # The spec's hostPath model (examples/cpu-tiny.yaml), allowed as an administrator would.
+    env["ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES"] = "/models"
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
