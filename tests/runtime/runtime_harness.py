@@ -148,3 +148,15 @@ def start_runtime(tmp: Path, config_extra: dict, env_extra: dict[str, str], *, c
     return RuntimeProcess(process, port, engine_port, tmp, log_path, _log=log)
 
 
+def is_ready(state: dict) -> bool:
+    """A /state document of a runtime that serves."""
+    return state["phase"] == "Ready" and state["ready"]
+
+
+def mode_of(argv: list[str]) -> str:
+    """The graph mode an engine command line asks for (the fake engine's argv)."""
+    if "--enforce-eager" in argv:
+        return "EAGER"
+    if "--compilation-config" in argv:
+        return json.loads(argv[argv.index("--compilation-config") + 1])["cudagraph_mode"]
+    return "PIECEWISE"

