@@ -336,17 +336,19 @@ class Kube:
                 raise ChildRefused(kind.kind, meta["name"], error.status, server_message(error)) from error
             raise
 
-    async def ensure(self, child: Mapping[str, Any], owner_uid: str) -> EnsureResult:
+    async def ensure(self, child: Mapping[str, Any], owner_uid: str,
+                     known: Mapping[str, Any] | None = None) -> EnsureResult:
         """Make ``child`` (a complete manifest with owner reference and spec-hash) exist as built.
 
-        Reads the live object; applies when it is missing, its spec-hash differs, or a field the
-        operator sets drifted (:func:`ascend_operator.drift.find_drift`).
+        ``known`` is the live object as the watches show it; without it the object is read (it
+        may exist unlabelled, or the watch may lag). Applies when it is missing, its spec-hash
+        differs, or a field the operator sets drifted (:func:`ascend_operator.drift.find_drift`).
         """
 
         kind = KINDS_BY_NAME[child["kind"]]
         meta = child["metadata"]
         name, namespace = meta["name"], meta["namespace"]
-        live = await self.read(kind, namespace, name)
+        live = known if known is not None else await self.read(kind, namespace, name)
         if live is not None and not owned_by(live, owner_uid):
             return EnsureResult(Outcome.CONFLICT, kind.kind, name,
                                 f"{kind.kind} {namespace}/{name} exists and is not owned by this resource; "
@@ -374,12 +376,13 @@ class Kube:
             raise
         return True
 
-    async def prune(self, kind: ChildKind, namespace: str, selector: str, owner_uid: str,
+    async def prune(self, kind: ChildKind, namespace: str, items: Sequence[Mapping[str, Any]], owner_uid: str,
                     keep: set[str]) -> list[str]:
-        """Delete the children of ``kind`` owned by ``owner_uid`` whose names are not in ``keep``."""
+        """Of ``items`` (objects of ``kind``), delete those owned by ``owner_uid`` whose names are
+        not in ``keep``."""
 
         deleted = []
-        for item in await self.list(kind, namespace, selector):
+        for item in items:
             name = item["metadata"]["name"]
             if name not in keep and owned_by(item, owner_uid) and await self.delete(kind, namespace, name):
                 deleted.append(name)

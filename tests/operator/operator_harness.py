@@ -209,7 +209,8 @@ def pod(
 
     deployment = emulator.get(*DEPLOYMENTS, namespace, owner) or {}
     template = (deployment.get("spec") or {}).get("template") or {}
-    return _pod_from_template(template, f"{owner}-{index}", selector_labels(owner), namespace=namespace,
+    labels = (template.get("metadata") or {}).get("labels") or selector_labels(owner)  # as the ReplicaSet copies them
+    return _pod_from_template(template, f"{owner}-{index}", labels, namespace=namespace,
                               phase=phase, ready=ready, scheduled=scheduled, waiting=waiting, current=current)
 
 

@@ -5,8 +5,8 @@
 - :mod:`.handle_reconcile`: the level-based reconcile of one resource, run by the queue.
 
 :class:`OperatorContext` is what the startup handler puts into kopf's operator-level memo
-(``memo.ascend``): the settings, the one API connection, the store of resource bodies and the
-work queue. kopf only feeds events in; every reconcile runs from the queue, one at a time per
+(``memo.ascend``): the settings, the one API connection, the store of resource bodies, the
+children and pods the watches show (kopf's indices) and the work queue. kopf only feeds events in; every reconcile runs from the queue, one at a time per
 resource, so no kopf state (annotations, finalizers) is ever written to a resource.
 """
 
@@ -19,6 +19,7 @@ import kopf
 from ascend_operator.k8s import Kube
 from ascend_operator.settings import OperatorSettings
 from ascend_operator.store import ResourceStore
+from ascend_operator.watchcache import WatchCache
 from ascend_operator.workqueue import WorkQueue
 
 MEMO_KEY = "ascend"
@@ -26,11 +27,13 @@ MEMO_KEY = "ascend"
 
 @dataclass
 class OperatorContext:
-    """The operator's settings, its API connection, the resource bodies and the work queue."""
+    """The operator's settings, its API connection, the resource bodies, the watched children and
+    pods, and the work queue."""
 
     settings: OperatorSettings
     kube: Kube
     store: ResourceStore = field(default_factory=ResourceStore)
+    cache: WatchCache = field(default_factory=WatchCache)
     #: Set by the startup handler once the event loop runs (its worker needs this context).
     queue: WorkQueue | None = None
 

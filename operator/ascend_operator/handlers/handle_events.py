@@ -48,6 +48,8 @@ def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str,
     namespace = meta.get("namespace")
     if not value or not namespace:
         return
+    if event_type == "DELETED":
+        ctx.cache.forget(body.get("kind") or "", namespace, meta.get("name") or "")
     key = ctx.store.key_for_label(namespace, value)
     if key is not None:
         ctx.work.request(key, CHILD_DEBOUNCE_S)

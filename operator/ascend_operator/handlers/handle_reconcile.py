@@ -10,12 +10,14 @@ only differences:
    autoscaler (``choose_autoscaler``) and says whether a multi-node spec can have its
    LeaderWorkerSet (``lws_missing``);
 3. build the children (pure builders), add the owner reference (this resource, controller);
-4. ensure each child in order (server-side apply when missing, changed or drifted; see
-   ``k8s.Kube.ensure``), then delete the children of kinds no longer desired. A child the API
+4. ensure each child in order, compared with the live one as the watches show it
+   (``watchcache``; read from the API server only when the watches show none): server-side
+   apply when missing, changed or drifted (``k8s.Kube.ensure``), then delete the children of
+   kinds no longer desired. A child the API
    server refuses stops the pass: the children after it (which may depend on it) are left as
    they were, the server's message goes into ``Progressing`` (reason ``ChildRefused``) with a
    Warning Event, and the queue retries with backoff;
-5. read the pods, their runtime states, the workload's own conditions (a ReplicaSet that cannot
+5. take the pods from the watches, read their runtime states, the workload's own conditions (a ReplicaSet that cannot
    create pods: no PriorityClass, quota, admission) and the autoscaler's HPA, compute the status,
    post Events for transitions, and patch the status only when it differs from the server's.
 
@@ -44,9 +46,9 @@ from ascend_operator.builders import (
     choose_autoscaler,
     endpoint_url,
     lws_missing,
+    selector_labels,
     selector_string,
 )
-from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import OperatorContext
 from ascend_operator.k8s import CHILD_KINDS, HPA, ChildRefused, NamespaceTerminating, Outcome
 from ascend_operator.names import label_value
@@ -100,7 +102,7 @@ async def _publish(ctx: OperatorContext, body: Mapping[str, Any], status: dict[s
             ctx.store.put(updated)
 
 
-async def _autoscaling(ctx: OperatorContext, namespace: str, spec: AscendLLMDeploymentSpec,
+async def _autoscaling(ctx: OperatorContext, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
                       choice: AutoscalerChoice, children: Children) -> AutoscalingObservation | None:
     """The autoscaler as built, with the live HPA that does the scaling (for its status)."""
 
@@ -114,7 +116,11 @@ async def _autoscaling(ctx: OperatorContext, namespace: str, spec: AscendLLMDepl
     elif children.scaled_object is not None:
         provider, name = "ScaledObject", children.names.scaled_object
         hpa_name = KEDA_HPA_PREFIX + name
-    hpa = await ctx.kube.read(HPA, namespace, hpa_name) if hpa_name else None
+    hpa = None
+    if children.hpa is not None:  # our own child: the watches show it
+        hpa = ctx.cache.get(HPA.kind, namespace, children.names.hpa, label)
+    if hpa is None and hpa_name:  # KEDA's HPA carries no label of ours
+        hpa = await ctx.kube.read(HPA, namespace, hpa_name)
     return AutoscalingObservation(
         reason=choice.reason, message=choice.message, problem=choice.problem, provider=provider, name=name,
         min_replicas=auto.min_replicas, max_replicas=auto.max_replicas, hpa=hpa,
@@ -163,14 +169,16 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     desired = children.objects()
     kopf.append_owner_reference(desired, owner=body)
 
+    label = label_value(name)
     conflicts = []
     refused: ChildRefused | None = None
     workload: Mapping[str, Any] | None = None
     workload_kind = children.workload["kind"]
     if missing_lws is None:
         for child in desired:  # in order: the ConfigMap exists before the pods that mount it
+            known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
             try:
-                result = await ctx.kube.ensure(child, uid)
+                result = await ctx.kube.ensure(child, uid, known)
             except NamespaceTerminating:
                 # The namespace (and so this resource) is going: a child deleted by it is not
                 # drift, and nothing can be written there any more.
@@ -184,21 +192,24 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                 conflicts.append(result.detail)
                 continue
             if result.outcome != Outcome.UNCHANGED:
+                if result.live is not None:
+                    ctx.cache.applied(result.live)
                 log.info("%s/%s: %s %s %s %s", namespace, name, result.outcome.value, result.kind, result.name,
                          result.detail)
             if result.kind == workload_kind:
                 workload = result.live
 
         if refused is None:
-            owned_selector = f"{RESOURCE_LABEL}={label_value(name)}"
             for kind in CHILD_KINDS:
                 keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
-                for gone in await ctx.kube.prune(kind, namespace, owned_selector, uid, keep):
+                present = ctx.cache.objects(kind.kind, namespace, label)
+                for gone in await ctx.kube.prune(kind, namespace, present, uid, keep):
+                    ctx.cache.forget(kind.kind, namespace, gone)
                     log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
 
     # All engine pods of the resource (multi-node: leaders and workers; the status groups them).
     # status.selector (the scale subresource's) is narrower: one pod per replica.
-    pods = await ctx.kube.list_pods(namespace, selector_string(name))
+    pods = ctx.cache.pods(namespace, label, selector_labels(name))
     states = await ctx.kube.read_states(namespace, pods)
     template = children.pod_template_annotations()
     observation = Observation(
@@ -215,7 +226,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         states=states,
         conflicts=tuple(conflicts),
         nodes_per_replica=spec.nodes_per_replica,
-        autoscaling=await _autoscaling(ctx, namespace, spec, choice, children),
+        autoscaling=await _autoscaling(ctx, namespace, label, spec, choice, children),
         lws_missing=missing_lws,
         refused=str(refused) if refused is not None else None,
         workload=workload,
