@@ -14,7 +14,8 @@ Errors as the real hub sends them (``huggingface_hub.utils.hf_raise_for_status``
 unknown repo 404 ``X-Error-Code: RepoNotFound``; unknown revision 404 ``RevisionNotFound``; a
 wrong token 401 ``X-Error-Message: Invalid credentials in Authorization header``; no token for a
 repo that needs one 401 ``X-Error-Code: GatedRepo``. Every request is recorded
-(:attr:`FakeHub.requests`) so a test can count them.
+(:attr:`FakeHub.requests`) so a test can count them. :meth:`FakeHub.hold` makes the GET of one
+file send half of it, then wait until the test releases it (a download in progress).
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class FakeHub:
         self.repos = repos
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
+        self._held: dict[str, threading.Event] = {}
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -104,6 +106,12 @@ class FakeHub:
     def __exit__(self, *_: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def hold(self, filename: str) -> threading.Event:
+        """GETs of ``filename`` send half its bytes, then wait for the returned event."""
+        event = threading.Event()
+        self._held[filename] = event
+        return event
 
     # -- what tests read ------------------------------------------------------------------
     def file_downloads(self) -> list[Recorded]:
@@ -217,4 +225,17 @@ class FakeHub:
             handler.send_header("Content-Length", str(len(data)))
             handler.end_headers()
             return
-        self._send(handler, status, payload, headers, body)
+        held = self._held.get(filename)
+        if held is None:
+            self._send(handler, status, payload, headers, body)
+            return
+        handler.send_response(status)
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        half = len(payload) // 2
+        handler.wfile.write(payload[:half])
+        handler.wfile.flush()
+        held.wait(timeout=60)
+        handler.wfile.write(payload[half:])
