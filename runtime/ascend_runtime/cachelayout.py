@@ -134,12 +134,12 @@ PERMANENT_EXIT_CODES: tuple[int, ...] = tuple(int(code) for code in (FetchExit.I
 
 def _split_repo(repo_id: str) -> tuple[str, str]:
     parts = repo_id.split("/")
-    if len(parts) == 1:
-        parts = ["_", parts[0]]  # an org-less repo id (legacy hub ids such as "gpt2")
-    if len(parts) != 2 or not all(_NAME.match(part) for part in parts):
+    if len(parts) not in (1, 2) or not all(_NAME.match(part) and ".." not in part for part in parts):
         raise ValueError(
             f"repoId {repo_id!r} is not a hub repo id: use 'org/name' (letters, digits, '.', '_', '-')"
         )
+    if len(parts) == 1:
+        return "_", parts[0]  # an org-less repo id (legacy hub ids such as "gpt2")
     return parts[0], parts[1]
 
 
