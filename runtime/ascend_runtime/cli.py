@@ -72,6 +72,12 @@ def _cmd_flags(args: argparse.Namespace) -> int:
     return print_flags(args)
 
 
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    from ascend_runtime.fetch import run_from_args
+
+    return run_from_args(args)
+
+
 def _cmd_tiny_model(args: argparse.Namespace) -> int:
     from ascend_runtime.tinymodel import build_tiny_model
 
@@ -100,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Render for this vllm-ascend version (implies the Ascend platform).")
     flags.add_argument("--mode", default=None, help="Render for this graph mode rung.")
     flags.set_defaults(func=_cmd_flags)
+
+    fetch = sub.add_parser(
+        "fetch", help="The model cache Job: download one hub model revision into the cache volume, once.",
+        description="Exit codes: 0 cached (or already cached), 1 unknown failure, 2 invalid request, "
+                    "3 unauthorized, 4 not found, 5 disk full, 6 network; 2, 3 and 4 are permanent.",
+    )
+    fetch.add_argument("--request-json", default=None,
+                       help="The FetchRequest (ascend_runtime.cachelayout) as camelCase JSON; "
+                            "default: $ASCEND_LLM_FETCH_REQUEST.")
+    fetch.add_argument("--progress-host", default="0.0.0.0", help="Address of GET /progress.")
+    fetch.add_argument("--progress-port", type=int, default=8080, help="Port of GET /progress (default 8080).")
+    fetch.add_argument("--termination-log", default="/dev/termination-log",
+                       help="Where a failure's one-line JSON {reason, message} goes.")
+    fetch.set_defaults(func=_cmd_fetch)
 
     tiny = sub.add_parser("tiny-model", help="Build a tiny random Llama model with a local tokenizer.")
     tiny.add_argument("dir")

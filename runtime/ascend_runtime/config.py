@@ -82,6 +82,29 @@ class ModelConfig(_Model):
     revision: str | None = Field(None, description="Model revision (branch, tag or commit).")
     tokenizer: str | None = Field(None, description="Tokenizer path when not beside the weights.")
     trust_remote_code: bool = Field(False, description="Pass --trust-remote-code.")
+    cache_marker: str | None = Field(
+        None,
+        description=(
+            "The model cache's completion marker (ascend_runtime.cachelayout.marker_path) when model.path is "
+            "a snapshot on the cache volume: the engine starts only once the marker exists and the snapshot "
+            "holds what it lists, and runs with HF_HUB_OFFLINE=1."
+        ),
+    )
+
+
+class CompileCacheConfig(_Model):
+    """Where compiled graphs outlive the pod (a writable directory on the cache volume)."""
+
+    root: str = Field(
+        description="Absolute path; each launch uses root/compile/<key> (ascend_runtime.cachelayout.compile_cache_dir)."
+    )
+
+    @field_validator("root")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"compileCache.root {value!r} must be an absolute path (a mount path of the cache volume)")
+        return value
 
 
 class ParallelConfig(_Model):
@@ -356,6 +379,9 @@ class EngineConfig(_Model):
     health: HealthConfig = Field(default_factory=HealthConfig)
     runtime: RuntimeOptions = Field(default_factory=RuntimeOptions)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    compile_cache: CompileCacheConfig | None = Field(
+        None, description="Keep vLLM's and TorchAir's compile caches here across launches, pods and restarts."
+    )
 
     @field_validator("schema_version")
     @classmethod
@@ -411,6 +437,16 @@ class WarmupReport(_Model):
     warnings: list[str] = Field(default_factory=list, description="What the warmup skipped, and why.")
 
 
+class CompileCacheReport(_Model):
+    """The compile cache directory of the current launch, in ``/state``."""
+
+    dir: str
+    key: str
+    mode: GraphMode | None = None
+    warm: bool = Field(False, description="The directory held files before the launch (compiled by an earlier one).")
+    error: str | None = Field(None, description="Why the directory could not be used (the engine compiled anyway).")
+
+
 class RuntimeState(_Model):
     """What the runtime publishes at ``GET /state`` on its port; the operator reads it (from the
     pod IP, or through the API server's pod proxy) and writes the resource's status from it."""
@@ -459,6 +495,9 @@ class RuntimeState(_Model):
     leader: str | None = Field(None, description="Workers: the leader runtime's /state URL they follow.")
     leader_mode: GraphMode | None = Field(
         None, description="Workers: the leader's graph mode this worker's engine was launched for."
+    )
+    compile_cache: CompileCacheReport | None = Field(
+        None, description="compileCache set: the directory the current launch uses and whether it was warm."
     )
     #: Unix time of the last phase change.
     since: float | None = None

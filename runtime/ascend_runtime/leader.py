@@ -194,7 +194,8 @@ class LeaderRole:
         self._capture_started = asyncio.Event()
         self._serving = False
         launched = time.monotonic()
-        engine, exit_task = await sup.start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit")
+        engine, exit_task = await sup.start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit",
+                                                   mode=mode)
         try:
             result = await self._start_phase(engine, exit_task, launched)
             if result is not None:

@@ -32,7 +32,8 @@ from typing import TypeVar
 
 import aiohttp
 
-from ascend_runtime.config import EngineConfig, RuntimePhase
+from ascend_runtime.cacheuse import model_cache_problem, prepare_launch
+from ascend_runtime.config import EngineConfig, GraphMode, RuntimePhase
 from ascend_runtime.distributed import resolve_distributed
 from ascend_runtime.engine import EngineExit, EngineProcess
 from ascend_runtime.launch import LaunchKind, LaunchResult, RestartBudget
@@ -52,6 +53,7 @@ EXIT_CONFIG = 2  # the engine config is invalid
 EXIT_START_FAILED = 3  # the engine never became ready: every rung and restart used up
 EXIT_CRASHED = 4  # the engine crashed too often while serving
 EXIT_PREFLIGHT = 5  # devices or memory never became available
+EXIT_MODEL_CACHE = 6  # model.cacheMarker: the model cache never became complete
 
 #: Seconds between polls of the engine's /health while it starts (a poll is one local GET).
 HEALTH_POLL_S = 0.25
@@ -73,6 +75,8 @@ FAILED_START_STOP_S = 2.0
 DRAIN_EXIT_MARGIN_S = 5.0
 #: Seconds between preflight retries while devices are busy or missing.
 PREFLIGHT_RETRY_S = 10.0
+#: Seconds between checks of the model cache's marker while it is missing or incomplete.
+MODEL_CACHE_POLL_S = 2.0
 #: Seconds between rounds of the orphan reaper.
 REAP_INTERVAL_S = 5.0
 #: Seconds between checks of the pod's chips before a relaunch.
@@ -207,6 +211,9 @@ class Supervisor:
         return None
 
     async def run(self) -> int:
+        code = await self._wait_model_cache()
+        if code is not None:
+            return code
         if self.config.runtime.preflight and self.preflight is not None:
             code = await self._run_preflight()
             if code is not None:
@@ -267,7 +274,23 @@ class Supervisor:
         log.error("%s%s", reason, f"; {then}" if then else "")
         return EXIT_CRASHED if served_before else EXIT_START_FAILED
 
-    # -- preflight -------------------------------------------------------------------
+    # -- model cache and preflight ----------------------------------------------------------
+    async def _wait_model_cache(self) -> int | None:
+        """model.cacheMarker: no engine before the snapshot is complete (bounded by readyTimeoutS)."""
+
+        deadline = time.monotonic() + self.config.runtime.ready_timeout_s
+        while (problem := model_cache_problem(self.config)) is not None:
+            if time.monotonic() > deadline:
+                reason = f"{problem}; gave up after runtime.readyTimeoutS ({self.config.runtime.ready_timeout_s} s)"
+                self.store.set_phase(RuntimePhase.FAILED, reason)
+                log.error("%s", reason)
+                return EXIT_MODEL_CACHE
+            self.store.set_phase(RuntimePhase.PREFLIGHT, f"waiting for the model cache: {problem}")
+            stopped, _ = await self.until_stopped(asyncio.sleep(MODEL_CACHE_POLL_S))
+            if stopped:
+                return EXIT_STOPPED
+        return None
+
     async def _run_preflight(self) -> int | None:
         assert self.preflight is not None
         self.store.set_phase(RuntimePhase.PREFLIGHT, "checking devices and memory")
@@ -409,10 +432,16 @@ class Supervisor:
 
     # -- the engine child ------------------------------------------------------------------
     async def start_engine(self, argv: list[str], env: dict[str, str], on_event: Callable[[Event], None],
-                           name: str) -> tuple[EngineProcess, asyncio.Task[EngineExit]]:
-        """Start the child, point the health monitor at it, and watch for its exit."""
+                           name: str, mode: GraphMode | None = None
+                           ) -> tuple[EngineProcess, asyncio.Task[EngineExit]]:
+        """Start the child, point the health monitor at it, and watch for its exit.
 
-        engine = EngineProcess(argv, env, on_event, echo=self.echo_engine)
+        ``mode`` is the launch's graph mode: it keys the compile cache (:mod:`ascend_runtime.cacheuse`).
+        """
+
+        caches = prepare_launch(self.config, self.versions, mode, argv)
+        self.store.state.compile_cache = caches.report
+        engine = EngineProcess(argv, {**env, **caches.env}, on_event, echo=self.echo_engine)
         self.engine = engine
         await engine.start()
         assert engine.pid is not None

@@ -145,7 +145,8 @@ class WorkerRole:
         self.store.state.engine_pid = None
         mode_text = f" in {target.value} mode" if following else ""
         self.store.set_phase(RuntimePhase.LOADING, f"launching the {what}{mode_text} for the leader at {url}")
-        engine, exit_task = await sup.start_engine(argv, plan.env, self._on_event, "worker-exit")
+        engine, exit_task = await sup.start_engine(argv, plan.env, self._on_event, "worker-exit",
+                                                   mode=plan.mode or target)
         stop_wait = asyncio.create_task(sup.stop_requested.wait())
         monitor: asyncio.Task[None] | None = None
         served_since: float | None = None

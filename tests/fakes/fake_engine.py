@@ -23,6 +23,10 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_HANG_AFTER``: after this many completions, requests never finish and the
   generated-token counter stops (hang tests).
 - ``FAKE_ENGINE_LAUNCH_LOG``: append one line per launch (the argv) to this file.
+- ``FAKE_ENGINE_ENV_LOG``: append one JSON line per launch with the cache variables it got
+  (``VLLM_CACHE_ROOT``, ``TORCHAIR_CACHE_HOME``, ``HF_HUB_OFFLINE``) to this file.
+- ``FAKE_ENGINE_COMPILE``: in a graph mode, "compile" as vLLM does: write an artefact under
+  ``$VLLM_CACHE_ROOT/torch_compile_cache/`` (warm caches keep it).
 - ``FAKE_ENGINE_CAPTURE_FAIL_MODES``: the graph modes in which ``FAKE_ENGINE_CAPTURE_FAIL``
   applies (comma-separated; default every graph mode). The mode is read from the argv as vLLM
   would: ``--enforce-eager`` is EAGER, else ``--compilation-config``'s ``cudagraph_mode``, else
@@ -265,6 +269,14 @@ async def main() -> None:
     if log := os.environ.get("FAKE_ENGINE_LAUNCH_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(sys.argv[1:]) + "\n")
+    if log := os.environ.get("FAKE_ENGINE_ENV_LOG"):
+        with open(log, "a", encoding="utf-8") as handle:
+            names = ("VLLM_CACHE_ROOT", "TORCHAIR_CACHE_HOME", "HF_HUB_OFFLINE")
+            handle.write(json.dumps({name: os.environ.get(name) for name in names}) + "\n")
+    if os.environ.get("FAKE_ENGINE_COMPILE") and not args.enforce_eager and os.environ.get("VLLM_CACHE_ROOT"):
+        artefact = Path(os.environ["VLLM_CACHE_ROOT"]) / "torch_compile_cache" / "fake" / "graph.py"
+        artefact.parent.mkdir(parents=True, exist_ok=True)
+        artefact.write_text("# compiled\n")
     if args.headless:
         if not serve_form:  # vLLM reads --headless only in its serve subcommand
             print("ERROR fake engine: --headless needs the `serve` subcommand form", flush=True)

@@ -1,0 +1,448 @@
+"""`ascend-llm fetch`: the model cache Job. Download one model revision once, then mark it complete.
+
+The hubs' own clients do the download (``huggingface_hub.snapshot_download``; ModelScope's
+``snapshot_download``), into :func:`~ascend_runtime.cachelayout.model_dir` on the cache volume.
+A second Job for the same model and revision waits on the file lock, finds the marker and
+exits 0 without a request to the hub. While it runs, ``GET /progress`` on the progress port
+answers :class:`~ascend_runtime.cachelayout.FetchProgress` (bytes from the hub's file listing
+and from the files on disk). A failure is classified (:func:`classify`), written as one line of
+JSON to the termination message file (secrets masked) and turned into its exit code
+(:class:`~ascend_runtime.cachelayout.FetchExit`); the Job's backoff does the retrying.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import http.server
+import inspect
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+from pydantic import ValidationError
+
+from ascend_runtime import redact
+from ascend_runtime.cachelayout import (
+    CLIENT_METADATA_DIR,
+    DEFAULT_PROGRESS_PORT,
+    DEFAULT_TERMINATION_LOG,
+    CacheMarker,
+    FetchExit,
+    FetchFailure,
+    FetchPhase,
+    FetchProgress,
+    FetchReason,
+    FetchRequest,
+    Hub,
+    lock_path,
+    matches,
+    snapshot_files,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds between polls of the bytes on disk while downloading.
+POLL_S = 1.0
+#: Characters of an error message kept in the termination message (Kubernetes keeps 4096 bytes).
+MESSAGE_LIMIT = 1000
+#: Exception class names (anywhere in an error's MRO) that mean the hub was not reachable.
+_NETWORK_CLASSES = {"ConnectError", "ConnectTimeout", "TimeoutException", "TransportError", "NetworkError",
+                    "ConnectionError", "Timeout", "ReadTimeout", "ProxyError", "LocalEntryNotFoundError"}
+_NOT_FOUND_CLASSES = {"RepositoryNotFoundError", "RevisionNotFoundError", "RemoteEntryNotFoundError",
+                      "EntryNotFoundError", "NotExistError", "FileNotExistError"}
+_UNAUTHORIZED_CLASSES = {"GatedRepoError", "NotLoginException", "DisabledRepoError"}
+
+
+class MissingClientError(RuntimeError):
+    """The hub's client package is not installed in this image."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification
+# ---------------------------------------------------------------------------------------------
+
+def _chain(error: BaseException):
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _status(error: BaseException) -> int | None:
+    response = getattr(error, "response", None)
+    status = getattr(response, "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def classify(error: BaseException) -> FetchReason:
+    """The reason a fetch failed, from the error and the errors it was raised from."""
+
+    for item in _chain(error):
+        names = {cls.__name__ for cls in type(item).__mro__}
+        if isinstance(item, OSError) and item.errno in (errno.ENOSPC, errno.EDQUOT):
+            return FetchReason.DISK_FULL
+        if isinstance(item, (ValidationError, MissingClientError)):
+            return FetchReason.INVALID
+        if names & _UNAUTHORIZED_CLASSES:  # GatedRepoError is a RepositoryNotFoundError: first
+            return FetchReason.UNAUTHORIZED
+        status = _status(item)
+        if status in (401, 403) and not names & _NOT_FOUND_CLASSES:
+            return FetchReason.UNAUTHORIZED
+        if names & _NOT_FOUND_CLASSES or status == 404:
+            return FetchReason.NOT_FOUND
+        if status is not None and (status >= 500 or status == 429):
+            return FetchReason.NETWORK
+        if names & _NETWORK_CLASSES or isinstance(item, (ConnectionError, TimeoutError)):
+            return FetchReason.NETWORK
+    return FetchReason.UNKNOWN
+
+
+def describe(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}: {text}"[:MESSAGE_LIMIT]
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress
+# ---------------------------------------------------------------------------------------------
+
+class Progress:
+    """The :class:`FetchProgress` of this fetch, shared by the fetch and the HTTP thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value = FetchProgress()
+
+    def get(self) -> FetchProgress:
+        with self._lock:
+            return self._value.model_copy()
+
+    def update(self, **changes) -> None:
+        with self._lock:
+            self._value = self._value.model_copy(update=changes)
+
+
+class ProgressServer:
+    """``GET /progress`` (JSON :class:`FetchProgress`) on a daemon thread."""
+
+    def __init__(self, progress: Progress, host: str, port: int) -> None:
+        owner = progress
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path.split("?")[0] != "/progress":
+                    self.send_error(404, "only GET /progress is served here")
+                    return
+                body = owner.get().model_dump_json(by_alias=True).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: object) -> None:  # the operator polls; no log line per poll
+                return
+
+        self.httpd = http.server.ThreadingHTTPServer((host, port), Handler)
+        self.port = self.httpd.server_address[1]
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="progress", daemon=True)
+
+    def __enter__(self) -> ProgressServer:
+        self._thread.start()
+        log.info("progress on port %d (GET /progress)", self.port)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class DiskPoller:
+    """Counts the bytes on disk under the snapshot: finished files plus partial downloads."""
+
+    def __init__(self, directory: Path, expected: dict[str, int], progress: Progress) -> None:
+        self.directory = directory
+        self.expected = expected
+        self.progress = progress
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="disk-poller", daemon=True)
+
+    def measure(self) -> tuple[int, int]:
+        """(bytes on disk, expected files complete), the bytes capped at the expected total."""
+
+        present = snapshot_files(self.directory, list(self.expected))
+        done = [path for path, size in present.items() if self.expected.get(path) == size]
+        partial = 0
+        metadata = self.directory / CLIENT_METADATA_DIR
+        for parent, _, files in os.walk(metadata):
+            for name in files:
+                if name.endswith(".incomplete"):
+                    try:
+                        partial += os.stat(os.path.join(parent, name)).st_size
+                    except FileNotFoundError:
+                        continue
+        total = sum(self.expected.values())
+        return min(sum(self.expected[path] for path in done) + partial, total), len(done)
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL_S):
+            self.publish()
+
+    def publish(self) -> None:
+        done, files = self.measure()
+        self.progress.update(bytes_done=done, files_done=files)
+
+    def __enter__(self) -> DiskPoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.publish()
+
+
+# ---------------------------------------------------------------------------------------------
+# Hub clients
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Listing:
+    """The files a revision holds that the request fetches, and the commit it resolved to."""
+
+    commit: str | None
+    files: dict[str, int]
+
+
+class HubClient(Protocol):
+    def listing(self) -> Listing: ...
+    def download(self, listing: Listing, local_dir: Path) -> None: ...
+
+
+class HuggingFaceClient:
+    """``huggingface_hub``: the file listing with sizes, then ``snapshot_download`` at that commit."""
+
+    def __init__(self, request: FetchRequest, token: str | None) -> None:
+        try:
+            import huggingface_hub
+        except ImportError as error:
+            raise MissingClientError(
+                "hub huggingface needs the huggingface_hub package in the fetch image (pip install huggingface_hub)"
+            ) from error
+        self.hub = huggingface_hub
+        self.request = request
+        self.token = token
+        self.endpoint = request.endpoint  # None: huggingface_hub reads HF_ENDPOINT itself
+
+    def listing(self) -> Listing:
+        api = self.hub.HfApi(endpoint=self.endpoint, token=self.token)
+        info = api.model_info(self.request.repo_id, revision=self.request.revision, files_metadata=True)
+        patterns = self.request.patterns()
+        files = {s.rfilename: int(s.size or 0) for s in info.siblings or [] if matches(s.rfilename, patterns)}
+        return Listing(commit=info.sha, files=files)
+
+    def download(self, listing: Listing, local_dir: Path) -> None:
+        # At the listed commit: a branch that moves during the download cannot mix two revisions.
+        self.hub.snapshot_download(
+            self.request.repo_id, revision=listing.commit or self.request.revision, local_dir=str(local_dir),
+            allow_patterns=self.request.patterns(), token=self.token, endpoint=self.endpoint,
+        )
+
+
+class ModelScopeClient:
+    """ModelScope's ``HubApi.get_model_files`` for the listing and its ``snapshot_download``.
+
+    ``MODELSCOPE_DOMAIN`` (a host: the client adds the scheme) is set from ``endpoint``.
+    """
+
+    def __init__(self, request: FetchRequest, token: str | None) -> None:
+        if request.endpoint:
+            parsed = urlparse(request.endpoint)
+            os.environ["MODELSCOPE_DOMAIN"] = parsed.netloc or parsed.path  # before modelscope reads it
+        try:
+            from modelscope.hub.api import HubApi
+            from modelscope.hub.snapshot_download import snapshot_download
+        except ImportError as error:
+            raise MissingClientError(
+                "hub modelscope needs the modelscope package in the fetch image (pip install modelscope)"
+            ) from error
+        self.api = HubApi()
+        self.snapshot_download = snapshot_download
+        self.request = request
+        self.token = token
+        if token:
+            self.api.login(token)
+
+    def listing(self) -> Listing:
+        kwargs = {"revision": self.request.revision} if self.request.revision else {}
+        entries = self.api.get_model_files(self.request.repo_id, recursive=True, **kwargs)
+        patterns = self.request.patterns()
+        files = {e["Path"]: int(e.get("Size") or 0) for e in entries
+                 if e.get("Type") != "tree" and matches(e["Path"], patterns)}
+        return Listing(commit=self.request.revision, files=files)
+
+    def download(self, listing: Listing, local_dir: Path) -> None:
+        kwargs: dict = {"local_dir": str(local_dir), "allow_patterns": self.request.patterns()}
+        if self.request.revision:
+            kwargs["revision"] = self.request.revision
+        if self.token and "token" in inspect.signature(self.snapshot_download).parameters:
+            kwargs["token"] = self.token
+        self.snapshot_download(self.request.repo_id, **kwargs)
+
+
+def make_client(request: FetchRequest, token: str | None) -> HubClient:
+    if request.hub is Hub.MODELSCOPE:
+        return ModelScopeClient(request, token)
+    return HuggingFaceClient(request, token)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fetch
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class FetchOptions:
+    progress_host: str = "0.0.0.0"
+    progress_port: int = DEFAULT_PROGRESS_PORT
+    termination_log: str = DEFAULT_TERMINATION_LOG
+
+
+def cached(request: FetchRequest) -> str | None:
+    """Why the cache does not hold ``request`` yet (None when the marker and the files agree)."""
+
+    path = Path(request.marker_path)
+    try:
+        marker = CacheMarker.model_validate_json(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no marker at {path}"
+    except (OSError, ValueError) as error:
+        return f"marker {path} unreadable: {error}"
+    return marker.mismatch(request) or marker.incomplete(request.model_dir)
+
+
+def write_marker(request: FetchRequest, marker: CacheMarker) -> None:
+    path = Path(request.marker_path)
+    partial = path.with_name(path.name + ".tmp")
+    with open(partial, "w", encoding="utf-8") as stream:
+        stream.write(marker.to_json())
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(partial, path)  # a Job killed mid-write leaves no marker, never a partial one
+
+
+class Fetcher:
+    """One fetch: check, lock, check again, list, download, verify, mark."""
+
+    def __init__(self, request: FetchRequest, options: FetchOptions, env: Mapping[str, str] | None = None) -> None:
+        self.request = request
+        self.options = options
+        self.env = os.environ if env is None else env
+        self.progress = Progress()
+        self.redactor = redact.Redactor.from_env({**self.env, redact.REDACT_ENV: ",".join(
+            filter(None, [self.env.get(redact.REDACT_ENV, ""), request.default_token_env()]))})
+        self.server: ProgressServer | None = None
+
+    def run(self) -> FetchExit:
+        try:
+            with ProgressServer(self.progress, self.options.progress_host, self.options.progress_port) as server:
+                self.server = server
+                return self._fetch()
+        except Exception as error:  # noqa: BLE001 (every failure becomes a reason and an exit code)
+            return self.fail(error)
+
+    def _fetch(self) -> FetchExit:
+        request = self.request
+        if cached(request) is None:
+            return self._already()
+        Path(request.model_dir).parent.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock  # huggingface_hub's own dependency
+
+        with FileLock(str(lock_path(request.cache_root, request.hub, request.repo_id, request.revision))):
+            why = cached(request)  # another Job may have finished while we waited
+            if why is None:
+                return self._already()
+            log.info("fetching %s %s@%s into %s (%s)", request.hub.value, request.repo_id,
+                     request.revision or "default", request.model_dir, why)
+            token = self.env.get(request.default_token_env()) or None
+            client = make_client(request, token)
+            listing = client.listing()
+            self.progress.update(phase=FetchPhase.DOWNLOADING, commit=listing.commit,
+                                 bytes_total=sum(listing.files.values()), files_total=len(listing.files))
+            local_dir = Path(request.model_dir)
+            local_dir.mkdir(parents=True, exist_ok=True)
+            with DiskPoller(local_dir, listing.files, self.progress):
+                client.download(listing, local_dir)
+            present = snapshot_files(local_dir, request.patterns())
+            missing = sorted(path for path, size in listing.files.items() if present.get(path) != size)
+            if missing:
+                raise OSError(f"the download ended without {len(missing)} listed files: {', '.join(missing[:5])}")
+            marker = CacheMarker.now(request, listing.commit, len(present), sum(present.values()))
+            write_marker(request, marker)
+        self.progress.update(phase=FetchPhase.COMPLETE)
+        log.info("cached %d files, %d bytes, commit %s: %s", marker.files, marker.total_bytes, marker.commit,
+                 request.marker_path)
+        return FetchExit.OK
+
+    def _already(self) -> FetchExit:
+        marker = CacheMarker.model_validate_json(Path(self.request.marker_path).read_text(encoding="utf-8"))
+        self.progress.update(phase=FetchPhase.COMPLETE, bytes_done=marker.total_bytes,
+                             bytes_total=marker.total_bytes, files_done=marker.files, files_total=marker.files,
+                             commit=marker.commit)
+        print(f"already cached: {self.request.marker_path} (commit {marker.commit})", flush=True)
+        return FetchExit.OK
+
+    def fail(self, error: BaseException) -> FetchExit:
+        reason = classify(error)
+        message = self.redactor.text(describe(error))
+        self.progress.update(phase=FetchPhase.FAILED, reason=reason, message=message)
+        log.error("fetch failed (%s): %s", reason.value, message)
+        write_termination_message(self.options.termination_log, FetchFailure(reason=reason, message=message))
+        return FetchExit.for_reason(reason)
+
+
+def write_termination_message(path: str, failure: FetchFailure) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as stream:
+            stream.write(failure.model_dump_json(by_alias=True) + "\n")
+    except OSError as error:  # not in a pod, or a read-only path: the log line still says it
+        log.warning("cannot write the termination message to %s: %s", path, error.strerror)
+
+
+# ---------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------
+
+def run_from_args(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=os.environ.get("ASCEND_LLM_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
+                        format="%(asctime)s ascend-llm fetch %(levelname)s %(name)s: %(message)s")
+    redact.install()
+    options = FetchOptions(args.progress_host, args.progress_port, args.termination_log)
+    text = args.request_json if args.request_json is not None else os.environ.get("ASCEND_LLM_FETCH_REQUEST")
+    try:
+        if not text:
+            raise ValueError("give the request: --request-json '<FetchRequest JSON>' or $ASCEND_LLM_FETCH_REQUEST")
+        request = FetchRequest.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as error:  # JSONDecodeError is a ValueError
+        detail = error
+        if isinstance(error, ValidationError):
+            detail = ValueError("; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}"
+                                          for e in error.errors()))
+        failure = FetchFailure(reason=FetchReason.INVALID, message=f"invalid fetch request: {detail}"[:MESSAGE_LIMIT])
+        print(f"ascend-llm fetch: {failure.message}", file=sys.stderr)
+        write_termination_message(options.termination_log, failure)
+        return int(FetchExit.INVALID)
+    started = time.monotonic()
+    code = Fetcher(request, options).run()
+    log.info("fetch ended with %s in %.1f s", code.name, time.monotonic() - started)
+    return int(code)

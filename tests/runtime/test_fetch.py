@@ -1,0 +1,275 @@
+"""`ascend-llm fetch` against a local Hugging Face hub: the real ``huggingface_hub`` download code.
+
+The hub (tests/fakes/fake_hub.py) serves the tiny test model; nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
+from fake_hub import FakeHub, FakeRepo  # noqa: E402
+
+from ascend_runtime.cachelayout import (  # noqa: E402
+    CacheMarker,
+    FetchExit,
+    FetchPhase,
+    FetchReason,
+    FetchRequest,
+)
+from ascend_runtime.fetch import Fetcher, FetchOptions  # noqa: E402
+
+REPO_ID = "tiny/llama"
+TOKEN = "hf_test_secret_token_123"
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory) -> dict[str, bytes]:
+    from ascend_runtime.tinymodel import build_tiny_model
+
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+    return {p.name: p.read_bytes() for p in sorted(Path(model).iterdir()) if p.is_file()}
+
+
+@pytest.fixture(autouse=True)
+def _hf_home(tmp_path, monkeypatch):
+    # huggingface_hub's own cache and token lookup: never the user's.
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def make_repo(files: dict[str, bytes], token: str | None = None) -> FakeRepo:
+    repo = FakeRepo(token=token)
+    repo.add(files)
+    return repo
+
+
+def make_fetcher(hub: FakeHub, root: Path, env: dict[str, str] | None = None, **fields) -> Fetcher:
+    request = FetchRequest.model_validate({"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url, **fields})
+    return Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
+                                         termination_log=str(root.parent / "termination-log")), env=env or {})
+
+
+def fetch(hub: FakeHub, root: Path, env: dict[str, str] | None = None, **fields) -> tuple[FetchExit, Fetcher]:
+    fetcher = make_fetcher(hub, root, env, **fields)
+    return fetcher.run(), fetcher
+
+
+def get_progress(fetcher: Fetcher) -> dict | None:
+    if fetcher.server is None:
+        return None
+    with urllib.request.urlopen(f"http://127.0.0.1:{fetcher.server.port}/progress", timeout=2) as response:
+        return json.loads(response.read())
+
+
+def termination(root: Path) -> dict:
+    text = (root.parent / "termination-log").read_text()
+    assert text.count("\n") == 1, "the termination message is one line"
+    return json.loads(text)
+
+
+def test_download_completes_writes_the_marker_and_a_second_run_asks_the_hub_nothing(tmp_path, tiny_files):
+    root = tmp_path / "cache"
+    with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
+        code, fetcher = fetch(hub, root)
+        assert code is FetchExit.OK
+        request = fetcher.request
+        snapshot = Path(request.model_dir)
+        assert snapshot == root / "models" / "huggingface" / "tiny" / "llama" / "default"
+        for name, data in tiny_files.items():
+            assert (snapshot / name).read_bytes() == data
+        marker = CacheMarker.model_validate_json(Path(request.marker_path).read_text())
+        assert marker.files == len(tiny_files)
+        assert marker.total_bytes == sum(len(d) for d in tiny_files.values())
+        assert marker.commit == hub.repos[REPO_ID].refs["main"]
+        assert marker.incomplete(snapshot) is None
+        assert len(hub.file_downloads()) == len(tiny_files)
+        progress = fetcher.progress.get()
+        assert progress.phase is FetchPhase.COMPLETE and progress.bytes_done == progress.bytes_total
+
+        before = hub.count()
+        code, again = fetch(hub, root)
+        assert code is FetchExit.OK
+        assert hub.count() == before, "an already cached model costs no request to the hub"
+        assert again.progress.get().phase is FetchPhase.COMPLETE
+
+
+def test_a_snapshot_with_a_file_missing_is_fetched_again(tmp_path, tiny_files):
+    root = tmp_path / "cache"
+    with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
+        code, fetcher = fetch(hub, root)
+        assert code is FetchExit.OK
+        (Path(fetcher.request.model_dir) / "config.json").unlink()
+        code, _ = fetch(hub, root)
+        assert code is FetchExit.OK
+        assert [r.path.rsplit("/", 1)[-1] for r in hub.file_downloads()].count("config.json") == 2
+        assert (Path(fetcher.request.model_dir) / "config.json").read_bytes() == tiny_files["config.json"]
+
+
+def test_a_pinned_revision_fetches_that_commit_into_its_own_directory(tmp_path, tiny_files):
+    repo = FakeRepo()
+    old = repo.add({**tiny_files, "config.json": b'{"v": 1}'}, "v1")
+    new = repo.add(tiny_files, "main")
+    root = tmp_path / "cache"
+    with FakeHub({REPO_ID: repo}) as hub:
+        code, pinned = fetch(hub, root, revision="v1")
+        assert code is FetchExit.OK
+        assert Path(pinned.request.model_dir).name == "v1"
+        assert (Path(pinned.request.model_dir) / "config.json").read_bytes() == b'{"v": 1}'
+        assert CacheMarker.model_validate_json(Path(pinned.request.marker_path).read_text()).commit == old
+        assert all(old in r.path for r in hub.file_downloads()), "every file comes from the pinned commit"
+
+        code, latest = fetch(hub, root, revision="main")
+        assert code is FetchExit.OK
+        assert (Path(latest.request.model_dir) / "config.json").read_bytes() == tiny_files["config.json"]
+        assert CacheMarker.model_validate_json(Path(latest.request.marker_path).read_text()).commit == new
+
+
+def test_the_token_is_sent_and_a_wrong_one_fails_as_unauthorized_without_the_token_in_the_message(
+        tmp_path, tiny_files):
+    with FakeHub({REPO_ID: make_repo(tiny_files, token=TOKEN)}) as hub:
+        code, _ = fetch(hub, tmp_path / "ok" / "cache", env={"HF_TOKEN": TOKEN})
+        assert code is FetchExit.OK
+        assert {r.authorization for r in hub.requests} == {f"Bearer {TOKEN}"}
+
+        wrong = "hf_wrong_token_which_is_secret"
+        root = tmp_path / "wrong" / "cache"
+        code, fetcher = fetch(hub, root, env={"MY_TOKEN": wrong}, tokenEnv="MY_TOKEN")
+        assert code is FetchExit.UNAUTHORIZED
+        message = termination(root)
+        assert message["reason"] == FetchReason.UNAUTHORIZED.value
+        assert wrong not in json.dumps(message) and "Invalid credentials" in message["message"]
+        assert fetcher.progress.get().reason is FetchReason.UNAUTHORIZED
+        assert not Path(fetcher.request.marker_path).exists()
+
+        root = tmp_path / "none" / "cache"
+        code, _ = fetch(hub, root)
+        assert code is FetchExit.UNAUTHORIZED, "a gated repo without a token"
+        assert termination(root)["reason"] == "Unauthorized"
+
+
+def test_an_unknown_repo_or_revision_fails_as_not_found(tmp_path, tiny_files):
+    with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
+        root = tmp_path / "repo" / "cache"
+        code, _ = fetch(hub, root, repoId="tiny/nothing-here")
+        assert code is FetchExit.NOT_FOUND
+        assert termination(root)["reason"] == "NotFound"
+
+        root = tmp_path / "rev" / "cache"
+        code, _ = fetch(hub, root, revision="no-such-tag")
+        assert code is FetchExit.NOT_FOUND
+        assert termination(root)["reason"] == "NotFound"
+        assert hub.file_downloads() == []
+
+
+def test_allow_patterns_fetch_only_the_matching_files(tmp_path, tiny_files):
+    with FakeHub({REPO_ID: make_repo({**tiny_files, "pytorch_model.bin": b"pickle", "modeling.py": b"x = 1"})}) as hub:
+        code, fetcher = fetch(hub, tmp_path / "cache", allowPatterns=["*.json"])
+        assert code is FetchExit.OK
+        present = sorted(p.name for p in Path(fetcher.request.model_dir).iterdir() if p.is_file())
+        assert present == sorted(n for n in tiny_files if n.endswith(".json"))
+        assert not any(r.path.endswith((".safetensors", ".bin", ".py")) for r in hub.file_downloads())
+
+        code, default = fetch(hub, tmp_path / "default" / "cache")
+        assert code is FetchExit.OK
+        names = {p.name for p in Path(default.request.model_dir).iterdir() if p.is_file()}
+        assert "model.safetensors" in names and "pytorch_model.bin" not in names and "modeling.py" not in names
+
+        code, remote = fetch(hub, tmp_path / "remote" / "cache", trustRemoteCode=True)
+        assert code is FetchExit.OK
+        assert (Path(remote.request.model_dir) / "modeling.py").exists()
+
+
+def test_progress_shows_the_bytes_while_downloading_and_a_second_job_waits_for_the_first(tmp_path, tiny_files):
+    """huggingface_hub writes 10 MiB chunks: the held shard is 24 MiB, so half of it puts one
+    chunk on disk while the hub holds the rest back."""
+
+    root = tmp_path / "cache"
+    chunk = 10 * 1024 * 1024
+    files = {**tiny_files, "model-extra.safetensors": bytes(range(256)) * (24 * 4096)}
+    total = sum(len(d) for d in files.values())
+    with FakeHub({REPO_ID: make_repo(files)}) as hub:
+        release = hub.hold("model-extra.safetensors")
+        first, second = make_fetcher(hub, root), make_fetcher(hub, root)
+        results: dict[str, FetchExit] = {}
+        threads = {name: threading.Thread(target=lambda n=name, f=f: results.__setitem__(n, f.run()))
+                   for name, f in (("first", first), ("second", second))}
+        threads["first"].start()
+        deadline = time.monotonic() + 30
+        seen = None
+        while time.monotonic() < deadline:
+            seen = get_progress(first)
+            if seen and seen["phase"] == "Downloading" and seen["bytesDone"] >= chunk:
+                break
+            time.sleep(0.2)
+        try:
+            assert seen is not None and seen["phase"] == "Downloading" and seen["bytesDone"] >= chunk, seen
+            assert seen["bytesTotal"] == total and seen["filesTotal"] == len(files)
+            assert seen["bytesDone"] < total and seen["filesDone"] < len(files)
+
+            threads["second"].start()
+            time.sleep(1.5)
+            assert threads["second"].is_alive(), "the second Job waits on the lock while the first downloads"
+            assert get_progress(second)["phase"] == "Pending"
+        finally:
+            release.set()
+            for thread in threads.values():
+                if thread.is_alive() or thread.ident:
+                    thread.join(30)
+        assert results == {"first": FetchExit.OK, "second": FetchExit.OK}
+        assert len(hub.file_downloads()) == len(files), "the second Job downloaded nothing"
+        assert second.progress.get().phase is FetchPhase.COMPLETE
+
+
+def _fetch_cli(request: dict, termination_log: Path, env: dict[str, str], prefix: list[str] | None = None
+               ) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "ascend_runtime.cli", "fetch", "--request-json", json.dumps(request),
+            "--progress-host", "127.0.0.1", "--progress-port", "0", "--termination-log", str(termination_log)]
+    return subprocess.run((prefix or []) + argv, env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_an_invalid_request_exits_2_naming_the_field(tmp_path):
+    log = tmp_path / "termination-log"
+    run = _fetch_cli({"repoId": "not a repo", "cacheRoot": "/cache"}, log, {})
+    assert run.returncode == FetchExit.INVALID == 2
+    failure = json.loads(log.read_text())
+    assert failure["reason"] == "Invalid" and "repoId" in failure["message"] and "org/name" in failure["message"]
+
+
+def _can_mount_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs unshare -rm and a tmpfs mount (user namespaces)")
+def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
+    """A real ENOSPC: the cache root is a 512 KiB tmpfs (in a private mount namespace), the
+    weights are 3 MB."""
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    log = tmp_path / "termination-log"
+    with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
+        request = {"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url}
+        prefix = ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=512k tmpfs "{root}" && exec "$@"', "sh"]
+        run = _fetch_cli(request, log, {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}, prefix)
+    assert run.returncode == FetchExit.DISK_FULL == 5, run.stderr[-3000:]
+    failure = json.loads(log.read_text())
+    assert failure["reason"] == "DiskFull", failure
+    assert "No space left on device" in failure["message"]
