@@ -48,6 +48,11 @@ class ResourceStore:
         self._by_label[(meta["namespace"], label_value(meta["name"]))] = key
         return True
 
+    def version(self, key: str) -> str | None:
+        """The ``resourceVersion`` of the body kept under ``key`` (no copy is made)."""
+        body = self._bodies.get(key)
+        return None if body is None else (body.get("metadata") or {}).get("resourceVersion")
+
     def get(self, key: str) -> dict[str, Any] | None:
         body = self._bodies.get(key)
         return copy.deepcopy(body) if body is not None else None

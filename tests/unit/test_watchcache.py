@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import tracemalloc
 from typing import Any
 
 from ascend_operator.builders.common import RESOURCE_LABEL
@@ -22,11 +24,11 @@ class FakeIndex(dict):  # what WatchCache uses of kopf.Index: key -> iterable of
     def put(self, body: dict[str, Any]) -> None:
         (key, value), = index_entry(body).items()
         self.setdefault(key, [])
-        self[key] = [v for v in self[key] if v["metadata"]["name"] != body["metadata"]["name"]] + [value]
+        self[key] = [v for v in self[key] if json.loads(v)["metadata"]["name"] != body["metadata"]["name"]] + [value]
 
     def drop(self, body: dict[str, Any]) -> None:
         (key, _), = index_entry(body).items()
-        self[key] = [v for v in self[key] if v["metadata"]["name"] != body["metadata"]["name"]]
+        self[key] = [v for v in self[key] if json.loads(v)["metadata"]["name"] != body["metadata"]["name"]]
 
 
 def cache_with(**indices: FakeIndex) -> WatchCache:
@@ -100,3 +102,26 @@ def test_pods_are_matched_by_the_selector() -> None:
     cache = cache_with(Pod=index)
     assert [p["metadata"]["name"] for p in cache.pods(NS, "tiny", {"component": "engine"})] == ["tiny-1"]
     assert len(cache.pods(NS, "tiny", {})) == 2
+
+
+def test_an_index_entry_takes_a_fraction_of_the_memory_of_the_parsed_body() -> None:
+    # A Deployment as the builders make it (the live one only adds server defaults).
+    from ascend_operator.api import parse_spec
+    from ascend_operator.builders import BuildMeta, build_children
+    from ascend_operator.settings import OperatorSettings
+
+    spec = parse_spec({"platform": "CPU", "model": {"hostPath": {"path": "/models/tiny"}}})
+    deployment = build_children(BuildMeta("tiny", NS), spec, OperatorSettings()).workload
+    text = json.dumps(deployment)
+
+    def traced(make: Any) -> int:
+        tracemalloc.start()
+        kept = [make() for _ in range(50)]
+        size = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert len(kept) == 50
+        return size
+
+    entries = traced(lambda: index_entry(deployment))
+    parsed = traced(lambda: json.loads(text))
+    assert entries * 4 < parsed, (entries, parsed)

@@ -33,11 +33,10 @@ def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[s
         ctx.store.remove(key)
         ctx.work.forget(key)
         return
-    previous = ctx.store.get(key)
+    previous = ctx.store.version(key)
     if not ctx.store.put(body):
         return  # older than what we have
-    if previous is not None and (previous["metadata"].get("resourceVersion")
-                                 == meta.get("resourceVersion")):
+    if previous is not None and previous == meta.get("resourceVersion"):
         return  # the echo of our own write
     ctx.work.request(key)
 
