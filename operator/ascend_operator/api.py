@@ -366,6 +366,69 @@ class HubSource(_Spec):
     ] = Field(description="Repository id on the hub, for example Qwen/Qwen2.5-72B-Instruct.")
 
 
+class CacheAccessMode(str, enum.Enum):
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_WRITE_ONCE = "ReadWriteOnce"
+    READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+
+
+class CacheClaimSpec(_Spec):
+    """A PersistentVolumeClaim the operator creates for the model cache, named ``<name>-model-cache``."""
+
+    size: Annotated[str, StringConstraints(max_length=64, pattern=QUANTITY_PATTERN)] = Field(
+        description="Storage to request, for example 200Gi: the weights plus the compile caches."
+    )
+    storage_class_name: DnsSubdomain | None = Field(
+        None, description="StorageClass of the claim. Default: the cluster's default class."
+    )
+    access_mode: CacheAccessMode = Field(
+        CacheAccessMode.READ_WRITE_MANY,
+        description=(
+            "ReadWriteMany (default) lets every replica on every node mount the cache; with "
+            "ReadWriteOnce all pods that mount it must run on one node."
+        ),
+    )
+    delete_with_resource: bool = Field(
+        False,
+        description=(
+            "Delete the claim (and the cached weights) with the resource. Default: false, the claim "
+            "is kept for the next resource or rollout and must be deleted by hand."
+        ),
+    )
+
+
+class ModelCacheSpec(_Spec):
+    """Where hub weights and compile caches live between pods: exactly one of create, claimName
+    and hostPath. Hub weights are downloaded once per model and revision by a Job; serving pods
+    start only after the download is complete and mount the weights read-only."""
+
+    create: CacheClaimSpec | None = Field(None, description="A claim the operator creates and keeps.")
+    claim_name: DnsSubdomain | None = Field(
+        None, description="An existing PersistentVolumeClaim in the namespace (another resource's cache, say)."
+    )
+    host_path: Annotated[str, StringConstraints(min_length=2, max_length=1024, pattern=HOST_PATH_PATTERN)] | None = (
+        Field(
+            None,
+            description=(
+                "A directory on each node, for clusters without ReadWriteMany storage: every node "
+                "downloads once (an init container of the serving pods). Allowed only under a prefix the "
+                "administrator lists (operator setting HOST_PATH_PREFIXES)."
+            ),
+        )
+    )
+    compile_cache: bool = Field(
+        True,
+        description=(
+            "Keep vLLM's and TorchAir's compile caches on the cache volume, keyed by image, model, "
+            "revision, versions, graph mode and graph flags, so restarts and new pods skip compilation."
+        ),
+    )
+
+    def kind(self) -> str:
+        """``create``, ``claimName`` or ``hostPath``: the one that is set."""
+        return "create" if self.create is not None else "claimName" if self.claim_name is not None else "hostPath"
+
+
 class ModelSpec(_Spec):
     """The model to serve: exactly one source, plus how it is served."""
 
@@ -391,6 +454,13 @@ class ModelSpec(_Spec):
     )
     trust_remote_code: bool = Field(
         False, description="Pass --trust-remote-code to the engine. Default: false."
+    )
+    cache: ModelCacheSpec | None = Field(
+        None,
+        description=(
+            "Keep the weights (hub sources) and the compile caches on a volume that outlives pods. "
+            "Default: hub weights go to an emptyDir per pod and are downloaded by every pod."
+        ),
     )
     size_gi_b: Annotated[float, Field(gt=0, le=4096)] | None = Field(
         None,
@@ -1192,6 +1262,14 @@ SPEC_RULES.update(
             *(_flag_rule(flag) for flag in RESERVED_FLAGS),
             *(_env_rule(var) for var in RESERVED_ENV),
         ),
+        ModelCacheSpec: (
+            SpecRule(
+                cel="(has(self.create) ? 1 : 0) + (has(self.claimName) ? 1 : 0) + (has(self.hostPath) ? 1 : 0) == 1",
+                message="set exactly one of create, claimName and hostPath",
+                field_path="",
+                holds=lambda c: sum(v is not None for v in (c.create, c.claim_name, c.host_path)) == 1,
+            ),
+        ),
         ModelSpec: (
             SpecRule(
                 cel="(has(self.pvc) ? 1 : 0) + (has(self.hostPath) ? 1 : 0) + (has(self.huggingFace) ? 1 : 0)"
@@ -1477,6 +1555,7 @@ class Phase(str, enum.Enum):
     """The resource's phase, aggregated from its pods' runtime phases."""
 
     PENDING = "Pending"
+    DOWNLOADING = "Downloading"
     WAITING_FOR_NPU = "WaitingForNPU"
     LOADING = "Loading"
     CAPTURING_GRAPHS = "CapturingGraphs"
@@ -1614,6 +1693,26 @@ class AutoscalingStatus(_Status):
     )
 
 
+class ModelCacheStatus(_Status):
+    """The model cache (present with spec.model.cache)."""
+
+    claim_name: str | None = Field(None, description="The PersistentVolumeClaim holding the cache.")
+    host_path: str | None = Field(None, description="The node directory holding the cache (hostPath caches).")
+    retained_on_delete: bool = Field(
+        description="Whether the cache outlives the resource (a claim the operator created is kept unless "
+        "create.deleteWithResource)."
+    )
+    source: str | None = Field(None, description="hub:repo@revision of the cached model (hub sources).")
+    job: str | None = Field(None, description="The fetch Job of the current model and revision.")
+    phase: str | None = Field(None, description="Pending, Downloading, Complete or Failed.")
+    reason: str | None = Field(
+        None, description="Why the download failed or is retried (Unauthorized, NotFound, DiskFull, Network, ...)."
+    )
+    message: str | None = Field(None, description="The download's progress or failure, in words.")
+    bytes_done: int | None = Field(None, ge=0, description="Bytes on the cache so far (while downloading).")
+    bytes_total: int | None = Field(None, ge=0, description="Bytes to download, from the hub's file listing.")
+
+
 class AscendLLMDeploymentStatus(_Status):
     """Observed state, written by the operator through the status subresource."""
 
@@ -1644,6 +1743,9 @@ class AscendLLMDeploymentStatus(_Status):
     )
     autoscaling: AutoscalingStatus | None = Field(
         None, description="The autoscaler, its bounds and what it last did (while autoscaling is on)."
+    )
+    model_cache: ModelCacheStatus | None = Field(
+        None, description="Where the weights and compile caches are kept, and the download (with spec.model.cache)."
     )
     conditions: list[Condition] = Field(
         default_factory=list,

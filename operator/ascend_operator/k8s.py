@@ -40,18 +40,19 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import aiohttp
 import kubernetes
 import urllib3
+from ascend_runtime.cachelayout import DEFAULT_PROGRESS_PORT, FetchProgress
 from ascend_runtime.config import DEFAULT_RUNTIME_PORT, RuntimeState
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import SPEC_HASH_ANNOTATION
@@ -61,6 +62,9 @@ logger = logging.getLogger(__name__)
 
 #: The state document the runtime serves on its port (see ascend_runtime's server).
 STATE_PATH = "state"
+#: What a fetch Job's pod serves on its port (ascend_runtime.fetch).
+PROGRESS_PATH = "progress"
+_Doc = TypeVar("_Doc", bound=BaseModel)
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
 
@@ -99,9 +103,13 @@ HPA = ChildKind("HorizontalPodAutoscaler", "autoscaling/v2", "horizontalpodautos
                 "horizontal_pod_autoscaler")
 SCALED_OBJECT = ChildKind("ScaledObject", "keda.sh/v1alpha1", "scaledobjects", "CustomObjectsApi", "custom_object")
 POD = ChildKind("Pod", "v1", "pods", "CoreV1Api", "pod")
+JOB = ChildKind("Job", "batch/v1", "jobs", "BatchV1Api", "job")
+#: The model cache's claim: applied, never pruned (kept when the resource goes, unless owned).
+PVC = ChildKind("PersistentVolumeClaim", "v1", "persistentvolumeclaims", "CoreV1Api",
+                "persistent_volume_claim")
 
-CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT)
-KINDS_BY_NAME: Final = {kind.kind: kind for kind in (*CHILD_KINDS, POD)}
+CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT, JOB)
+KINDS_BY_NAME: Final = {kind.kind: kind for kind in (*CHILD_KINDS, POD, PVC)}
 #: Watched (by kopf, filtered by the resource label): every child kind and the pods.
 WATCHED_KINDS: Final = (*CHILD_KINDS, POD)
 #: HTTP statuses with which the API server refuses an object as sent (not a transient failure).
@@ -112,6 +120,7 @@ REFUSED_STATUSES: Final = frozenset({400, 403, 409, 422})
 #: ``create`` beside ``patch``: server-side apply of a missing object is authorized as create.
 API_VERBS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
     **{(kind.group, kind.plural): frozenset({"get", "list", "create", "patch", "delete"}) for kind in CHILD_KINDS},
+    ("", "persistentvolumeclaims"): frozenset({"get", "create", "patch"}),
     ("", "pods"): frozenset({"list"}),
     ("", "pods/proxy"): frozenset({"get"}),
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
@@ -229,7 +238,8 @@ class Kube:
         # Built now, at start-up: the first use of an API class costs about a second of imports.
         self._apis: dict[str, Any] = {
             name: getattr(kubernetes.client, name)(api_client)
-            for name in ("CoreV1Api", "AppsV1Api", "PolicyV1Api", "AutoscalingV2Api", "CustomObjectsApi", "ApisApi")
+            for name in ("CoreV1Api", "AppsV1Api", "BatchV1Api", "PolicyV1Api", "AutoscalingV2Api",
+                         "CustomObjectsApi", "ApisApi")
         }
         #: (monotonic time of the read, the served group/versions) of the last discovery.
         self._served: tuple[float, frozenset[str]] | None = None
@@ -337,19 +347,22 @@ class Kube:
             raise
 
     async def ensure(self, child: Mapping[str, Any], owner_uid: str,
-                     known: Mapping[str, Any] | None = None) -> EnsureResult:
+                     known: Mapping[str, Any] | None = None, *,
+                     ours: Callable[[Mapping[str, Any]], bool] | None = None) -> EnsureResult:
         """Make ``child`` (a complete manifest with owner reference and spec-hash) exist as built.
 
         ``known`` is the live object as the watches show it; without it the object is read (it
         may exist unlabelled, or the watch may lag). Applies when it is missing, its spec-hash
         differs, or a field the operator sets drifted (:func:`ascend_operator.drift.find_drift`).
+        ``ours`` says whether an existing object is the resource's (default: it carries the
+        resource's owner reference; the model cache's kept claim carries only its label).
         """
 
         kind = KINDS_BY_NAME[child["kind"]]
         meta = child["metadata"]
         name, namespace = meta["name"], meta["namespace"]
         live = known if known is not None else await self.read(kind, namespace, name)
-        if live is not None and not owned_by(live, owner_uid):
+        if live is not None and not (ours(live) if ours is not None else owned_by(live, owner_uid)):
             return EnsureResult(Outcome.CONFLICT, kind.kind, name,
                                 f"{kind.kind} {namespace}/{name} exists and is not owned by this resource; "
                                 "rename or delete it")
@@ -448,13 +461,13 @@ class Kube:
 
     # ------------------------------------------------------------------ pods and runtime state
 
-    async def _get_direct(self, pod_ip: str, port: int) -> Any:
-        """``GET http://<pod IP>:<port>/state`` (the runtime port serves plain HTTP inside the cluster)."""
+    async def _get_direct(self, pod_ip: str, port: int, path: str = STATE_PATH) -> Any:
+        """``GET http://<pod IP>:<port>/<path>`` (the runtime port serves plain HTTP inside the cluster)."""
 
         host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
         timeout = aiohttp.ClientTimeout(total=self._state_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.get(f"http://{host}:{port}/{STATE_PATH}") as response:
+                session.get(f"http://{host}:{port}/{path}") as response:
             response.raise_for_status()
             return await response.json(content_type=None)
 
@@ -465,23 +478,32 @@ class Kube:
                          pod_ip: str | None = None) -> RuntimeState | None:
         """The runtime state of ``pod``, or ``None``: from ``pod_ip`` directly unless this client
         reads through the API server's pod proxy (or the pod has no IP yet)."""
+        return await self._read_pod(RuntimeState, STATE_PATH, namespace, pod, port, pod_ip)
 
+    async def read_progress(self, namespace: str, pod: Mapping[str, Any]) -> FetchProgress | None:
+        """A fetch pod's ``GET /progress`` (``None`` when not readable), like :meth:`read_state`."""
+        return await self._read_pod(FetchProgress, PROGRESS_PATH, namespace, pod["metadata"]["name"],
+                                    DEFAULT_PROGRESS_PORT, (pod.get("status") or {}).get("podIP"))
+
+    async def _read_pod(self, model: type[_Doc], path: str, namespace: str, pod: str, port: int,
+                        pod_ip: str | None) -> _Doc | None:
         try:
             if not self._state_via_proxy:
                 if not pod_ip:
                     return None
-                return RuntimeState.model_validate(await self._get_direct(pod_ip, port))
-            body = await self._call(POD, "get", namespace, f"{pod}:{port}", STATE_PATH, resource="pods/proxy",
+                return model.model_validate(await self._get_direct(pod_ip, port, path))
+            body = await self._call(POD, "get", namespace, f"{pod}:{port}", path, resource="pods/proxy",
                                     _request_timeout=self._state_timeout_s)
-            return RuntimeState.model_validate(body)
+            return model.model_validate(body)
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-            logger.debug("state of pod %s/%s not readable at %s: %s", namespace, pod, pod_ip, error)
+            logger.debug("%s of pod %s/%s not readable at %s: %s", path, namespace, pod, pod_ip, error)
         except ApiException as error:
-            logger.debug("state of pod %s/%s not readable: HTTP %s %s", namespace, pod, error.status, error.reason)
+            logger.debug("%s of pod %s/%s not readable: HTTP %s %s", path, namespace, pod, error.status,
+                         error.reason)
         except urllib3.exceptions.HTTPError as error:
-            logger.debug("state of pod %s/%s not readable: %s", namespace, pod, error)
+            logger.debug("%s of pod %s/%s not readable: %s", path, namespace, pod, error)
         except (ValueError, ValidationError) as error:  # JSONDecodeError is a ValueError
-            logger.debug("state of pod %s/%s is not a runtime state: %s", namespace, pod, error)
+            logger.debug("%s of pod %s/%s is not a %s: %s", path, namespace, pod, model.__name__, error)
         return None
 
     async def read_states(self, namespace: str, pods: Sequence[Mapping[str, Any]],

@@ -70,6 +70,7 @@ OPERATOR_RULES: tuple[Rule, ...] = (
          "Framework: watching the LeaderWorkerSets"),
     Rule(("autoscaling",), ("horizontalpodautoscalers",), ("watch",), "Framework: watching the HPAs"),
     Rule(("keda.sh",), ("scaledobjects",), ("watch",), "Framework: watching the KEDA ScaledObjects"),
+    Rule(("batch",), ("jobs",), ("watch",), "Framework: watching the model cache's fetch Jobs"),
     # ---------------------------------------------------------------- application (k8s.py)
     Rule((GROUP,), (f"{PLURAL}/status",), ("patch",),
          "Application: writing the computed status (Kube.patch_status)"),
@@ -90,6 +91,11 @@ OPERATOR_RULES: tuple[Rule, ...] = (
          "server-side apply, prune"),
     Rule(("keda.sh",), ("scaledobjects",), ("get", "list", "create", "patch", "delete"),
          "Application: the KEDA ScaledObject: read, server-side apply, prune"),
+    Rule(("batch",), ("jobs",), ("get", "list", "create", "patch", "delete"),
+         "Application: the model cache's fetch Job: read, server-side apply, prune, retry after a failure"),
+    Rule(("",), ("persistentvolumeclaims",), ("get", "create", "patch"),
+         "Application: the model cache's claim (spec.model.cache.create): read, server-side apply; "
+         "never deleted by the operator"),
     Rule(("",), ("pods",), ("list",), "Application: the engine pods, for the status (Kube.list_pods)"),
     Rule(("",), ("pods/proxy",), ("get",),
          "Application: each runtime's GET /state through the pod proxy (Kube.read_state), only when "

@@ -101,6 +101,22 @@ class OperatorSettings(BaseSettings):
         None, description="sizeLimit of the hub download cache emptyDir; None = no limit."
     )
 
+    # --- Model cache downloads (spec.model.cache) --------------------------------------------
+    # Mirrors for users who cannot reach the hubs directly (for example https://hf-mirror.com).
+    hf_endpoint: str | None = Field(None, description="Hugging Face endpoint (HF_ENDPOINT) of the fetch Jobs.")
+    modelscope_domain: str | None = Field(
+        None, description="ModelScope domain (MODELSCOPE_DOMAIN) of the fetch Jobs."
+    )
+    # The Job's own retries, with Kubernetes' pod backoff (10 s doubling to 6 min); permanent
+    # failures (no access, no such repo) stop at once through the Job's podFailurePolicy.
+    fetch_backoff_limit: int = Field(4, ge=0, le=20, description="backoffLimit of a fetch Job.")
+    fetch_deadline_s: int = Field(6 * 3600, ge=60, description="activeDeadlineSeconds of a fetch Job.")
+    # After a fetch Job failed for good, a new one is made this long after the failure (the user
+    # may have fixed the token Secret, which is no spec change).
+    fetch_retry_interval_s: float = Field(600.0, gt=0, description="Seconds from a failed fetch Job to the next.")
+    fetch_cpu: str = Field("1", description="CPU request of a fetch Job's pod.")
+    fetch_memory: str = Field("2Gi", description="Memory request (and limit) of a fetch Job's pod.")
+
     # --- Probes and start-up budget ---------------------------------------------------------
     startup_period_s: int = Field(10, ge=1, description="startupProbe periodSeconds (10 s: coarse is fine).")
     readiness_period_s: int = Field(

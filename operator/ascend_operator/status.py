@@ -49,10 +49,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ascend_runtime.cachelayout import FetchPhase
 from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, display_chip, display_model
 from ascend_operator.builders.common import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from ascend_operator.cachestatus import MODEL_CACHED, CacheObservation, cache_condition, cache_status, describe
 
 READY = "Ready"
 PROGRESSING = "Progressing"
@@ -63,7 +65,7 @@ GRAPH_MODE_FALLBACK = "GraphModeFallback"
 LEAK_SUSPECTED = "LeakSuspected"
 INVALID_SPEC = "InvalidSpec"
 #: The order conditions appear in (``kubectl describe`` shows them as listed).
-CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, WAITING_FOR_NPU, AUTOSCALING, GRAPH_MODE_FALLBACK,
+CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, WAITING_FOR_NPU, MODEL_CACHED, AUTOSCALING, GRAPH_MODE_FALLBACK,
                    LEAK_SUSPECTED, INVALID_SPEC)
 
 #: Progressing reasons that stop the reconcile from making the workload (Warning Event each).
@@ -155,6 +157,8 @@ class Observation:
     refused: str | None = None
     #: The live workload (Deployment or LeaderWorkerSet), for its conditions.
     workload: Mapping[str, Any] | None = None
+    #: spec.model.cache: the claim and the download (ascend_operator.cachestatus).
+    cache: CacheObservation | None = None
 
 
 @dataclass(frozen=True)
@@ -645,6 +649,12 @@ def compute_status(
     updated = sum(1 for r in replicas if r.updated)
     phase, why = _aggregate_phase(wanted, replicas, ready)
     generation = observation.generation
+    cache = observation.cache
+    downloading = cache is not None and cache.held_back and cache.state is not None
+    if downloading and not replicas and wanted > 0:
+        assert cache is not None and cache.state is not None
+        failed = cache.state.phase == FetchPhase.FAILED
+        phase, why = (Phase.FAILED if failed else Phase.DOWNLOADING), describe(cache, retry=False)
     failure = workload_failure(observation.workload)
     # What the API server says overrides what the pods show (see the module docstring).
     blocked = observation.refused or (f"{failure[0]}: {failure[1]}" if failure else None)
@@ -667,6 +677,11 @@ def compute_status(
         put(PROGRESSING, False, CHILD_CONFLICT, "; ".join(observation.conflicts))
     elif failure:
         put(PROGRESSING, False, failure[0], failure[1])
+    elif downloading:
+        assert cache is not None
+        cached, reason, message = cache_condition(cache)
+        put(PROGRESSING, reason != "DownloadFailed", reason,
+            message + "; new pods wait for the download" if not cached else message)
     elif observation.lws_missing:
         put(PROGRESSING, False, LWS_NOT_INSTALLED,
             observation.lws_missing + "; the children are left as they were until then")
@@ -690,6 +705,8 @@ def compute_status(
     elif get_condition(previous, AUTOSCALING):
         put(AUTOSCALING, False, AUTOSCALING_DISABLED,
             "autoscaling is off; spec.replicas (kubectl scale) sets the replicas")
+    if cache is not None:
+        put(MODEL_CACHED, *cache_condition(cache))
     put(GRAPH_MODE_FALLBACK, *_fallback_condition(replicas))
     put(LEAK_SUSPECTED, *_leak_condition(replicas))
     put(INVALID_SPEC, False, "Valid", "the spec is valid")
@@ -714,6 +731,8 @@ def compute_status(
         status["groupsBehind"] = behind
     if autoscaling is not None:
         status["autoscaling"] = autoscaling
+    if cache is not None:
+        status["modelCache"] = cache_status(cache)
     if observation.endpoint:
         status["endpoint"] = observation.endpoint
     return status

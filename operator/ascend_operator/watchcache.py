@@ -146,7 +146,7 @@ class WatchCache:
         """Remember the server's answer to an apply until the watch delivers it."""
 
         meta = body.get("metadata") or {}
-        if (meta.get("labels") or {}).get(RESOURCE_LABEL):
+        if body.get("kind") in self._indices and (meta.get("labels") or {}).get(RESOURCE_LABEL):
             self._applied[body["kind"], meta["namespace"], meta["name"]] = slim(body)
 
     def forget(self, kind: str, namespace: str, name: str) -> None:

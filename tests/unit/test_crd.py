@@ -293,6 +293,7 @@ def _rules_at(path: str) -> list[dict[str, str]]:
 RULE_PATHS = {
     api.AscendLLMDeploymentSpec: "",
     api.ModelSpec: ".model",
+    api.ModelCacheSpec: ".model.cache",
     api.GraphSpec: ".graph",
     api.AutoscalingSpec: ".autoscaling",
     api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
@@ -354,6 +355,9 @@ RULE_CASES = {
     "two sources": {"model": {**HF, "hostPath": {"path": "/m"}}},
     "token without hub": {"model": {"hostPath": {"path": "/m"}, "tokenSecretRef": {"name": "s", "key": "k"}}},
     "token with hub": {"model": {**HF, "tokenSecretRef": {"name": "s", "key": "k"}}},
+    "cache claim": {"model": {**HF, "cache": {"claimName": "c"}}},
+    "cache two places": {"model": {**HF, "cache": {"claimName": "c", "hostPath": "/data/cache"}}},
+    "cache nowhere": {"model": {**HF, "cache": {"compileCache": True}}},
     "cpu plain": {"model": HF, "platform": "CPU", "engine": {"kvCacheSpaceGiB": 2}},
     "cpu with chip": {"model": HF, "platform": "CPU", "npu": {"chip": "910B"}},
     "cpu with selector": {"model": HF, "platform": "CPU", "npu": {"nodeSelector": {"a": "b"}}},

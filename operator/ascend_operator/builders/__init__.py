@@ -44,6 +44,7 @@ from ascend_operator.builders.engine_config import (
     startup_budget,
 )
 from ascend_operator.builders.leaderworkerset import build_leaderworkerset, lws_missing
+from ascend_operator.builders.modelcache import build_cache_claim, build_fetch_job, plan_cache
 from ascend_operator.builders.pdb import build_pdb
 from ascend_operator.builders.service import build_runtime_service, build_service, endpoint_url
 from ascend_operator.names import ChildNames
@@ -119,6 +120,11 @@ class Children:
     runtime_service: dict[str, Any]
     pdb: dict[str, Any]
     extra: tuple[dict[str, Any], ...] = field(default=())
+    #: spec.model.cache.create: the claim (owned by the resource only with deleteWithResource).
+    cache_claim: dict[str, Any] | None = None
+    cache_claim_owned: bool = False
+    #: The Job that fills a claim with a hub model; the workload waits for it to complete.
+    fetch_job: dict[str, Any] | None = None
     leaderworkerset: dict[str, Any] | None = None
     hpa: dict[str, Any] | None = None
     scaled_object: dict[str, Any] | None = None
@@ -138,11 +144,13 @@ class Children:
         return dict(template["metadata"].get("annotations") or {})
 
     def objects(self) -> list[dict[str, Any]]:
-        """All children in apply order (the ConfigMap before the pods that mount it; the
-        autoscaler last, once the workload it acts through exists)."""
+        """All owned children in apply order (the ConfigMap before the pods that mount it; the
+        fetch Job before the workload that waits for it; the autoscaler last, once the workload
+        it acts through exists). The cache claim is apart (:attr:`cache_claim`)."""
         optional = (self.hpa, self.scaled_object)
         return [
             self.configmap,
+            *((self.fetch_job,) if self.fetch_job is not None else ()),
             self.workload,
             self.service,
             self.runtime_service,
@@ -186,7 +194,11 @@ def build_children(
     workload_args = (meta.name, meta.namespace, names, spec, settings, config, config_hash, image)
     multinode = spec.nodes_per_replica > 1
     scaling = spec.autoscaling is not None and spec.autoscaling.enabled
+    plan = plan_cache(meta.name, spec, settings)
     return Children(
+        cache_claim=build_cache_claim(meta.name, meta.namespace, plan) if plan is not None else None,
+        cache_claim_owned=bool(plan and plan.cache.create and plan.cache.create.delete_with_resource),
+        fetch_job=build_fetch_job(meta.name, meta.namespace, spec, settings, plan, image) if plan else None,
         names=names,
         image=image,
         engine_config=config,

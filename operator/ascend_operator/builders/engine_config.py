@@ -6,7 +6,8 @@ remembered.
 
 Start-up budget (documented formula, all numbers from :class:`OperatorSettings`)::
 
-    load    = startup_base_s + sizeGiB * (load_s_per_gib_hub if hub source else load_s_per_gib_local)
+    load    = startup_base_s + sizeGiB * (load_s_per_gib_hub if a hub source without model.cache
+                                          else load_s_per_gib_local)
               + (nodesPerReplica - 1) * startup_s_per_extra_node   (cross-node HCCL init, workers joining)
     capture = 0 (eager) | capture_s_piecewise (piecewise) | capture_s_full (auto and FULL modes)
               + static_kernel_s when ascend.enableStaticKernel
@@ -50,6 +51,7 @@ from ascend_operator.api import (
     display_model,
 )
 from ascend_operator.builders.common import content_hash
+from ascend_operator.builders.modelcache import CACHE_DIR, plan_cache
 from ascend_operator.settings import OperatorSettings
 
 #: Where a PVC or hostPath model is mounted in the pod.
@@ -81,7 +83,10 @@ def is_hub_source(spec: AscendLLMDeploymentSpec) -> bool:
 def startup_budget(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> StartupBudget:
     """The start-up budget of one pod (formula in the module docstring)."""
     size = spec.model.size_gi_b or settings.default_model_size_gib
-    rate = settings.load_s_per_gib_hub if is_hub_source(spec) else settings.load_s_per_gib_local
+    # A cached hub model is on the volume before the pod starts (the fetch Job or init container
+    # downloaded it): the pod only loads it.
+    downloads = is_hub_source(spec) and spec.model.cache is None
+    rate = settings.load_s_per_gib_hub if downloads else settings.load_s_per_gib_local
     load = settings.startup_base_s + size * rate
     load += (spec.nodes_per_replica - 1) * settings.startup_s_per_extra_node
     policy = spec.graph.policy
@@ -267,19 +272,24 @@ def build_engine_config(
             rpc_port=None if ray else wanted.leader_port,
             ray_port=wanted.leader_port if ray else None,
         )
+    plan = plan_cache(name, spec, settings)
+    snapshot = plan.model_path if plan is not None else None
     return EngineConfig.model_validate(
         {
             "schema_version": SCHEMA_VERSION,
             **({"distributed": distributed} if distributed else {}),
+            **({"compile_cache": {"root": CACHE_DIR}} if plan is not None and plan.cache.compile_cache else {}),
             "name": name,
             "image": image,
             "model": _set(
                 {
-                    "path": model_path(spec),
+                    "path": snapshot or model_path(spec),
                     "served_name": display_model(spec, name),
                     "trust_remote_code": spec.model.trust_remote_code,
                 },
-                revision=spec.model.revision,
+                # The snapshot on the cache is that revision already.
+                revision=None if snapshot else spec.model.revision,
+                cache_marker=plan.marker if plan is not None else None,
             ),
             "engine": engine_options,
             "graph": graph,

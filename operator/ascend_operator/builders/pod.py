@@ -46,6 +46,7 @@ from ascend_runtime.config import (
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
 from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, STATE_DIR, startup_budget
+from ascend_operator.builders.modelcache import CachePlan, fetch_container, plan_cache, serving_wiring
 from ascend_operator.names import ChildNames
 from ascend_operator.settings import HostMounts, OperatorSettings
 
@@ -134,9 +135,21 @@ def _resources(spec: AscendLLMDeploymentSpec, resource_name: str | None, shm_siz
 
 
 def _model_wiring(
+    spec: AscendLLMDeploymentSpec, settings: OperatorSettings, plan: CachePlan | None = None
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Volumes, mounts and env for the model source and its cache."""
+    if plan is None:
+        return _source_wiring(spec, settings)
+    cache_volumes, cache_mounts = serving_wiring(plan)
+    if plan.request is not None:  # a hub model on the cache: the engine downloads nothing
+        return cache_volumes, cache_mounts, []
+    volumes, mounts, env = _source_wiring(spec, settings)
+    return [*volumes, *cache_volumes], [*mounts, *cache_mounts], env
+
+
+def _source_wiring(
     spec: AscendLLMDeploymentSpec, settings: OperatorSettings
 ) -> tuple[list[dict], list[dict], list[dict]]:
-    """Volumes, mounts and env for the model source."""
     model = spec.model
     if model.pvc is not None:
         mount: dict[str, Any] = {"name": "model", "mountPath": MODEL_DIR, "readOnly": model.pvc.read_only}
@@ -235,7 +248,8 @@ def build_pod_template(
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{resource_name}']"}},
             }
         )
-    model_volumes, model_mounts, model_env = _model_wiring(spec, settings)
+    plan = plan_cache(name, spec, settings)
+    model_volumes, model_mounts, model_env = _model_wiring(spec, settings, plan)
     env.extend(model_env)
     env.extend(_engine_env_from(spec))
     env.extend(copy.deepcopy(dict(item)) for item in extra_env)
@@ -323,6 +337,9 @@ def build_pod_template(
     if settings.engine_fs_group is not None:
         pod_security["fsGroup"] = settings.engine_fs_group
     pod_spec: dict[str, Any] = {
+        # hostPath caches: each node downloads once, before the engine starts (done at once later).
+        **({"initContainers": [fetch_container(spec, plan, settings, image, ports=False)]}
+           if plan is not None and plan.by_init_container else {}),
         "containers": [container],
         "volumes": volumes,
         "securityContext": pod_security,

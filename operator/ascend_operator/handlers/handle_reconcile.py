@@ -49,8 +49,10 @@ from ascend_operator.builders import (
     selector_labels,
     selector_string,
 )
-from ascend_operator.handlers import OperatorContext
-from ascend_operator.k8s import CHILD_KINDS, HPA, ChildRefused, NamespaceTerminating, Outcome
+from ascend_operator.builders.modelcache import fetch_job_name, plan_cache
+from ascend_operator.cachestatus import CacheObservation
+from ascend_operator.handlers import OperatorContext, handle_cache
+from ascend_operator.k8s import CHILD_KINDS, HPA, JOB, ChildRefused, NamespaceTerminating, Outcome
 from ascend_operator.names import label_value
 from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
@@ -170,15 +172,30 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     kopf.append_owner_reference(desired, owner=body)
 
     label = label_value(name)
+    plan = plan_cache(name, spec, ctx.settings)
+    # All engine pods of the resource (multi-node: leaders and workers; the status groups them).
+    # status.selector (the scale subresource's) is narrower: one pod per replica.
+    pods = ctx.cache.pods(namespace, label, selector_labels(name))
     conflicts = []
     refused: ChildRefused | None = None
     workload: Mapping[str, Any] | None = None
+    cache: CacheObservation | None = None
     workload_kind = children.workload["kind"]
     if missing_lws is None:
-        for child in desired:  # in order: the ConfigMap exists before the pods that mount it
+        for child in [children.cache_claim, *desired]:  # in order: what pods mount exists first
+            if child is None:
+                continue
+            if child is children.workload and cache is not None and cache.held_back:
+                # New pods start only from a complete cache; pods already running stay as they are.
+                workload = ctx.cache.get(workload_kind, namespace, child["metadata"]["name"], label)
+                continue
             known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
             try:
-                result = await ctx.kube.ensure(child, uid, known)
+                if child is children.cache_claim:
+                    result = await handle_cache.ensure_claim(ctx, body, children, label)
+                    assert result is not None
+                else:
+                    result = await ctx.kube.ensure(child, uid, known)
             except NamespaceTerminating:
                 # The namespace (and so this resource) is going: a child deleted by it is not
                 # drift, and nothing can be written there any more.
@@ -190,6 +207,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                 break
             if result.outcome == Outcome.CONFLICT:
                 conflicts.append(result.detail)
+                if child is children.cache_claim:
+                    break  # pods could not mount the cache: nothing after it is made
                 continue
             if result.outcome != Outcome.UNCHANGED:
                 if result.live is not None:
@@ -198,6 +217,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                          result.detail)
             if result.kind == workload_kind:
                 workload = result.live
+            if child is children.fetch_job and plan is not None:
+                cache = await handle_cache.observe(ctx, name, namespace, label, plan, result.live, pods, now)
 
         if refused is None:
             for kind in CHILD_KINDS:
@@ -207,9 +228,9 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                     ctx.cache.forget(kind.kind, namespace, gone)
                     log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
 
-    # All engine pods of the resource (multi-node: leaders and workers; the status groups them).
-    # status.selector (the scale subresource's) is narrower: one pod per replica.
-    pods = ctx.cache.pods(namespace, label, selector_labels(name))
+    if plan is not None and cache is None:  # no Job, or the pass stopped before it
+        job = ctx.cache.get(JOB.kind, namespace, fetch_job_name(name, plan), label) if plan.by_job else None
+        cache = await handle_cache.observe(ctx, name, namespace, label, plan, job, pods, now)
     states = await ctx.kube.read_states(namespace, pods)
     template = children.pod_template_annotations()
     observation = Observation(
@@ -230,6 +251,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         lws_missing=missing_lws,
         refused=str(refused) if refused is not None else None,
         workload=workload,
+        cache=cache,
     )
     status = compute_status(spec, observation, previous, now)
     await _publish(ctx, body, status)

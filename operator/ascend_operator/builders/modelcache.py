@@ -1,0 +1,218 @@
+"""The model cache (``spec.model.cache``): its claim, the fetch Job and the serving pods' wiring (pure).
+
+One volume holds ``models/`` (hub snapshots, one directory per model and revision) and
+``compile/`` (vLLM's and TorchAir's compile caches, one directory per key); the layout is the
+runtime's contract, :mod:`ascend_runtime.cachelayout`. With a claim (``create`` or
+``claimName``) one Job per model and revision fills it (``ascend-llm fetch``); serving pods are
+made only once that Job has completed, and mount ``models/`` read-only and ``compile/``
+writable. With ``hostPath`` every node fills its own directory: an init container of each
+serving pod runs the same fetch (done at once where the node already has the snapshot).
+
+A claim the operator creates carries no owner reference, so deleting the resource keeps the
+cached weights, unless ``create.deleteWithResource`` asks otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_runtime.cachelayout import PERMANENT_EXIT_CODES, FetchRequest, Hub
+
+from ascend_operator.api import AscendLLMDeploymentSpec, ModelCacheSpec
+from ascend_operator.builders.common import common_labels, content_hash, with_spec_hash
+from ascend_operator.names import safe_name
+from ascend_operator.settings import OperatorSettings
+
+#: Where the cache volume is mounted: whole in the fetch Job, in two parts in serving pods.
+CACHE_DIR = "/var/cache/ascend-llm-model"
+CACHE_VOLUME = "model-cache"
+FETCH_CONTAINER = "fetch"
+COMPONENT_FETCH = "fetch"
+#: The fetch command's progress port (its ``GET /progress``).
+PROGRESS_PORT = 8080
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """What the cache of one resource needs: the claim to use, and the fetch (hub sources only)."""
+
+    cache: ModelCacheSpec
+    claim_name: str | None
+    request: FetchRequest | None
+
+    @property
+    def model_path(self) -> str | None:
+        """The engine's ``--model`` (the snapshot on the cache), for a hub source."""
+        return str(self.request.model_dir) if self.request is not None else None
+
+    @property
+    def marker(self) -> str | None:
+        return str(self.request.marker_path) if self.request is not None else None
+
+    @property
+    def by_job(self) -> bool:
+        """Whether a Job fills the cache (a claim and a hub source) before serving pods start."""
+        return self.request is not None and self.claim_name is not None
+
+    @property
+    def by_init_container(self) -> bool:
+        """Whether each serving pod fills its node's directory first (``hostPath`` and a hub source)."""
+        return self.request is not None and self.claim_name is None
+
+
+def cache_claim_name(name: str) -> str:
+    return safe_name(name, "model-cache")
+
+
+def plan_cache(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> CachePlan | None:
+    """The cache plan of resource ``name``, or None without ``spec.model.cache``."""
+
+    model = spec.model
+    cache = model.cache
+    if cache is None:
+        return None
+    claim = cache.claim_name or (cache_claim_name(name) if cache.create is not None else None)
+    hub = Hub.HUGGINGFACE if model.hugging_face is not None else Hub.MODELSCOPE if model.model_scope else None
+    request = None
+    if hub is not None:
+        source = model.hugging_face or model.model_scope
+        assert source is not None
+        request = FetchRequest(
+            hub=hub, repo_id=source.id, revision=model.revision, cache_root=CACHE_DIR,
+            trust_remote_code=model.trust_remote_code,
+            endpoint=settings.hf_endpoint if hub is Hub.HUGGINGFACE else settings.modelscope_domain,
+        )
+    return CachePlan(cache=cache, claim_name=claim, request=request)
+
+
+def fetch_job_name(name: str, plan: CachePlan) -> str:
+    """``<name>-fetch-<hash of the request>``: another model or revision is another Job."""
+    assert plan.request is not None
+    return safe_name(name, "fetch-" + content_hash(plan.request.model_dump(mode="json"))[:8])
+
+
+def _volume(plan: CachePlan) -> dict[str, Any]:
+    if plan.claim_name is not None:
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": plan.claim_name}}
+    assert plan.cache.host_path is not None
+    return {"name": CACHE_VOLUME, "hostPath": {"path": plan.cache.host_path, "type": "DirectoryOrCreate"}}
+
+
+def build_cache_claim(name: str, namespace: str, plan: CachePlan) -> dict[str, Any] | None:
+    """The PersistentVolumeClaim of ``cache.create`` (owner references are the caller's choice:
+    only with ``deleteWithResource``)."""
+
+    create = plan.cache.create
+    if create is None or plan.claim_name is None:
+        return None
+    spec: dict[str, Any] = {
+        "accessModes": [create.access_mode.value],
+        "resources": {"requests": {"storage": create.size}},
+    }
+    if create.storage_class_name:
+        spec["storageClassName"] = create.storage_class_name
+    return with_spec_hash({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": plan.claim_name, "namespace": namespace,
+                     "labels": common_labels(name, "model-cache")},
+        "spec": spec,
+    })
+
+
+def _fetch_env(spec: AscendLLMDeploymentSpec, plan: CachePlan) -> list[dict[str, Any]]:
+    assert plan.request is not None
+    ref = spec.model.token_secret_ref
+    if ref is None:
+        return []
+    return [{"name": plan.request.default_token_env(),
+             "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
+
+
+def fetch_container(spec: AscendLLMDeploymentSpec, plan: CachePlan, settings: OperatorSettings,
+                    image: str, *, ports: bool = True) -> dict[str, Any]:
+    """The container that runs ``ascend-llm fetch`` for the plan's request (``ports``: declare the
+    progress port; an init container does not, its pod's main container declares that port)."""
+
+    assert plan.request is not None
+    container: dict[str, Any] = {
+        "name": FETCH_CONTAINER,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["ascend-llm", "fetch", "--request-json",
+                    plan.request.model_dump_json(by_alias=True, exclude_none=True)],
+        "ports": [{"name": "progress", "containerPort": PROGRESS_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": settings.fetch_cpu, "memory": settings.fetch_memory},
+                      "limits": {"memory": settings.fetch_memory}},
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
+        "terminationMessagePolicy": "File",
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                            "capabilities": {"drop": ["ALL"]}},
+    }
+    env = _fetch_env(spec, plan)
+    if env:
+        container["env"] = env
+    if not ports:
+        del container["ports"]
+    return container
+
+
+def _pod_security(settings: OperatorSettings) -> dict[str, Any]:
+    security: dict[str, Any] = {
+        "runAsNonRoot": settings.engine_run_as_user != 0,
+        "runAsUser": settings.engine_run_as_user,
+        "runAsGroup": settings.engine_run_as_group,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    if settings.engine_fs_group is not None:
+        security["fsGroup"] = settings.engine_fs_group
+    return security
+
+
+def build_fetch_job(name: str, namespace: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings,
+                    plan: CachePlan, image: str) -> dict[str, Any] | None:
+    """The Job that fills the claim with the plan's snapshot; None when no Job is needed."""
+
+    if not plan.by_job:
+        return None
+    labels = common_labels(name, COMPONENT_FETCH)
+    return with_spec_hash({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": fetch_job_name(name, plan), "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": settings.fetch_backoff_limit,
+            "activeDeadlineSeconds": settings.fetch_deadline_s,
+            # No access, no such repo or revision, a request the command cannot use: retrying
+            # cannot help, so the Job fails at once and the status says why.
+            "podFailurePolicy": {"rules": [
+                {"action": "FailJob", "onExitCodes": {"containerName": FETCH_CONTAINER, "operator": "In",
+                                                      "values": sorted(PERMANENT_EXIT_CODES)}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            ]},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [fetch_container(spec, plan, settings, image)],
+                    "volumes": [_volume(plan)],
+                    "securityContext": _pod_security(settings),
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                },
+            },
+        },
+    })
+
+
+def serving_wiring(plan: CachePlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Volumes and engine mounts of a serving pod: the snapshots read-only, compile caches writable."""
+
+    mounts: list[dict[str, Any]] = []
+    if plan.request is not None:
+        mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/models", "subPath": "models",
+                       "readOnly": True})
+    if plan.cache.compile_cache:
+        mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/compile", "subPath": "compile"})
+    return [_volume(plan)], mounts
