@@ -32,6 +32,12 @@ says so, poll ``workers_ready_command`` until every node has joined (phase Loadi
 N workers", bounded by ``runtime.readyTimeoutS``). The graph mode is published on ``/state`` from
 the start of each launch, ``enginePid`` while that engine runs (None in between); workers follow
 both (:mod:`ascend_runtime.worker`).
+
+With ``lora`` enabled, the leader runs the adapter reconciler (:mod:`ascend_runtime.adapters`):
+one pass after warmup, before the phase turns Ready (so the adapters of the file are served
+from the first ready moment, a failing one retried later), then every ``lora.pollIntervalS``
+while serving. A new engine starts with no adapters: ``/state``'s ``adapters`` is emptied
+when a serving engine ends.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ascend_runtime.adapters import AdapterReconciler, EngineAdapters
 from ascend_runtime.config import GraphMode, RuntimePhase, WarmupReport
 from ascend_runtime.distributed import plan_distributed
 from ascend_runtime.engine import EngineExit, EngineProcess
@@ -339,14 +346,26 @@ class LeaderRole:
         return None
 
     # -- serving -------------------------------------------------------------------------
+    def _adapter_reconciler(self) -> AdapterReconciler | None:
+        lora = self.config.lora
+        if lora is None or not lora.enabled:
+            return None
+        base = self.config.model.served_name or self.config.model.path
+        return AdapterReconciler(lora, EngineAdapters(self.sup.engine_base_url), self.store, [base])
+
     async def _serve_phase(self, engine: EngineProcess, exit_task: asyncio.Task) -> LaunchResult:
         sup = self.sup
         self._serving = True
+        reconciler = self._adapter_reconciler()
+        if reconciler is not None:
+            self.store.set_phase(RuntimePhase.WARMING_UP, "loading the LoRA adapters of lora.adaptersFile")
+            await sup.until_stopped(reconciler.reconcile_once())
         sup.health.mark_baseline()
         self.store.set_phase(RuntimePhase.READY, f"serving in {self.store.state.mode.value} mode"
                              if self.store.state.mode else "serving")
         serving_since = time.monotonic()
         monitor = asyncio.create_task(sup.monitor(), name="health-monitor")
+        adapters = asyncio.create_task(reconciler.run(), name="lora-adapters") if reconciler else None
         stop_wait = asyncio.create_task(sup.stop_requested.wait())
         fallback_wait = asyncio.create_task(self._fallback.wait())
         try:
@@ -370,4 +389,8 @@ class LeaderRole:
             for task in (monitor, stop_wait, fallback_wait):
                 task.cancel()
             await sup.finish_task(monitor)
+            if adapters is not None:
+                adapters.cancel()
+                await sup.finish_task(adapters)
+                self.store.set_adapters([])  # the next engine starts without them
             self._serving = False
