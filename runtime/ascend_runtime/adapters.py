@@ -17,12 +17,13 @@ group runs it: the engine's API server is there.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 LOAD_TIMEOUT_S = 120.0
 #: Seconds an unload or a /v1/models query may take.
 QUERY_TIMEOUT_S = 10.0
+#: Seconds after a load or unload ended during which the engine's log may still show its error.
+ENGINE_CALL_LOG_GRACE_S = 2.0
 
 
 class ActionKind(str, enum.Enum):
@@ -190,6 +193,27 @@ class AdapterReconciler:
         self.monotonic = monotonic
         self.statuses: dict[str, AdapterStatus] = {}
         self._retry_at: dict[str, float] = {}  # name -> monotonic time of the next attempt
+        self._calls_in_flight = 0
+        self._last_call_ended = float("-inf")
+
+    def engine_call_recent(self) -> bool:
+        """A load or unload is under way or just ended (within :data:`ENGINE_CALL_LOG_GRACE_S`).
+
+        vLLM logs a refused load as a worker exception ("WorkerProc hit an exception", then
+        "Invocation of add_lora method failed") and keeps serving: the leader does not take such
+        a line for an engine failure then (a dead engine still fails its /health).
+        """
+
+        return self._calls_in_flight > 0 or self.monotonic() - self._last_call_ended < ENGINE_CALL_LOG_GRACE_S
+
+    @contextlib.contextmanager
+    def _engine_call(self) -> Iterator[None]:
+        self._calls_in_flight += 1
+        try:
+            yield
+        finally:
+            self._calls_in_flight -= 1
+            self._last_call_ended = self.monotonic()
 
     async def run(self) -> None:
         """Reconcile every ``lora.pollIntervalS`` until cancelled; a failed round never ends it."""
@@ -235,7 +259,8 @@ class AdapterReconciler:
         if action.kind in (ActionKind.UNLOAD, ActionKind.RELOAD):
             self._set(name, loaded.get(name), AdapterPhase.UNLOADING)
             try:
-                await self.engine.unload(name)
+                with self._engine_call():
+                    await self.engine.unload(name)
             except AdapterRequestError as error:
                 if error.status != 404:  # 404: not loaded any more, which is what was wanted
                     self.store.metrics.lora_operations.labels("unload", "failure").inc()
@@ -251,7 +276,8 @@ class AdapterReconciler:
         self._set(name, action.path, AdapterPhase.LOADING)
         self._publish_current()
         try:
-            await self.engine.load(name, action.path)
+            with self._engine_call():
+                await self.engine.load(name, action.path)
         except AdapterRequestError as error:
             self.store.metrics.lora_operations.labels("load", "failure").inc()
             self._fail(name, action.path, f"load failed: {error}")

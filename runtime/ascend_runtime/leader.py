@@ -129,6 +129,7 @@ class LeaderRole:
         self._replay_failures: list[float] = []
         self._serving = False
         self._pre_commands_done = False
+        self._reconciler: AdapterReconciler | None = None
 
     async def __aenter__(self) -> LeaderRole:
         return self
@@ -222,8 +223,13 @@ class LeaderRole:
         elif kind == EventKind.CAPTURE_FAILURE and not self._serving:
             self._trigger_fallback(f"graph capture failed: {event.text.strip()[:300]}")
         if self._serving and kind in (EventKind.REPLAY_FAILURE, EventKind.DEVICE_OOM, EventKind.FATAL):
-            # vLLM's engine core dies of these; its API server answers /health for a while longer.
-            self.sup.report_engine_failure(f"{kind.value}: {event.text}")
+            if kind == EventKind.FATAL and self._reconciler is not None and self._reconciler.engine_call_recent():
+                # A refused adapter load logs a worker exception; the engine serves on.
+                log.info("engine error line during a LoRA adapter load or unload, not taken for an engine "
+                         "failure (its /health still decides): %s", event.text.strip()[:200])
+            else:
+                # vLLM's engine core dies of these; its API server answers /health for a while longer.
+                self.sup.report_engine_failure(f"{kind.value}: {event.text}")
         if kind == EventKind.REPLAY_FAILURE:
             now = time.monotonic()
             window = self.config.graph.replay_failure_window_s
@@ -356,7 +362,7 @@ class LeaderRole:
     async def _serve_phase(self, engine: EngineProcess, exit_task: asyncio.Task) -> LaunchResult:
         sup = self.sup
         self._serving = True
-        reconciler = self._adapter_reconciler()
+        reconciler = self._reconciler = self._adapter_reconciler()
         if reconciler is not None:
             self.store.set_phase(RuntimePhase.WARMING_UP, "loading the LoRA adapters of lora.adaptersFile")
             await sup.until_stopped(reconciler.reconcile_once())
@@ -393,4 +399,5 @@ class LeaderRole:
                 adapters.cancel()
                 await sup.finish_task(adapters)
                 self.store.set_adapters([])  # the next engine starts without them
+            self._reconciler = None
             self._serving = False

@@ -58,7 +58,8 @@ LoRA, as vLLM 0.32 serves it (``entrypoints/openai/models/serving.py``,
 ``/v1/models`` lists the loaded adapters with ``root`` (the path) and ``parent`` (the base model);
 a completion whose ``model`` is neither the base model nor a loaded adapter gets vLLM's 404.
 ``FAKE_ENGINE_LORA_FAIL_LOADS``: the first N loads (counted in ``FAKE_ENGINE_STATE_DIR``) fail with
-HTTP 500, as an engine error would.
+HTTP 500, as an engine error would, after printing ``FAKE_ENGINE_LORA_FAIL_LOG`` when set (vLLM's
+worker-exception lines for a refused adapter; the engine serves on).
 
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
@@ -136,6 +137,8 @@ class FakeEngine:
             return vllm_error(f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
                               "in place, set 'load_inplace' to True.", "InvalidUserInput", 400)
         if failing_load():
+            if log := os.environ.get("FAKE_ENGINE_LORA_FAIL_LOG"):
+                print_log(log)
             return vllm_error(f"injected engine failure loading {name}", "InternalServerError", 500)
         if not (Path(path) / "adapter_config.json").is_file():
             return vllm_error(f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError", 404)

