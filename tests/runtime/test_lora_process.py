@@ -130,6 +130,17 @@ def test_a_bad_adapters_file_keeps_the_loaded_set_and_says_why(runtime_factory, 
     assert adapters(state)["sql"]["state"] == "Loaded" and complete(runtime, "sql") == 200
 
 
+def test_a_relaunched_engine_gets_the_adapters_again_before_ready(runtime_factory, tmp_path):
+    adapters_file = tmp_path / "adapters.yaml"
+    write_adapters(adapters_file, {"sql": make_adapter(tmp_path / "sql")})
+    runtime = runtime_factory(lora_config(adapters_file), {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "2"})
+    first = runtime.wait_for(is_ready, 30, "Ready")
+    state = runtime.wait_for(lambda s: s["engineRestarts"] == 1 and is_ready(s), 30, "Ready after the crash")
+    assert state["enginePid"] != first["enginePid"]
+    assert adapters(state)["sql"]["state"] == "Loaded"  # the new engine loaded it before Ready
+    assert complete(runtime, "sql") == 200
+
+
 def test_lora_with_tensor_parallel_on_vllm_ascend_0_23_exits_2_naming_the_field(tmp_path):
     path = tmp_path / "engine-config.yaml"
     path.write_text(yaml.safe_dump({"schemaVersion": 1, "model": {"path": "/m"}, "lora": {},

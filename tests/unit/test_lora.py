@@ -400,3 +400,22 @@ def test_metrics_count_adapters_by_state(tmp_path):
     run(rec.reconcile_once())
     gauge = store.metrics.lora_adapters
     assert gauge.labels("Loaded")._value.get() == 1 and gauge.labels("Failed")._value.get() == 1
+
+
+def test_engine_calls_are_flagged_while_under_way_and_briefly_after(tmp_path):
+    engine, clock = ScriptedEngine(), Clock()
+    rec, path, _ = reconciler(tmp_path, engine, clock)
+    seen = []
+
+    async def load(name: str, path: str) -> None:
+        seen.append(rec.engine_call_recent())
+        await ScriptedEngine.load(engine, name, path)
+
+    engine.load = load
+    write(path, a="/a")
+    assert rec.engine_call_recent() is False
+    run(rec.reconcile_once())
+    assert seen == [True]
+    assert rec.engine_call_recent() is True  # its log lines may still be on their way
+    clock.now += 2.0
+    assert rec.engine_call_recent() is False
