@@ -216,16 +216,22 @@ class AdapterReconciler:
             self._last_call_ended = self.monotonic()
 
     async def run(self) -> None:
-        """Reconcile every ``lora.pollIntervalS`` until cancelled; a failed round never ends it."""
+        """Reconcile every ``lora.pollIntervalS`` until cancelled."""
 
         while True:
             await asyncio.sleep(self.lora.poll_interval_s)
-            try:
-                await self.reconcile_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # noqa: BLE001 -- the next round tries again
-                log.warning("adapter reconcile round failed: %r", error)
+            await self.round()
+
+    async def round(self) -> None:
+        """One :meth:`reconcile_once` whose unexpected failure is logged, never raised: the
+        serving engine must not be stopped for an adapter, and the next round tries again."""
+
+        try:
+            await self.reconcile_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001
+            log.warning("adapter reconcile round failed: %r", error)
 
     async def reconcile_once(self) -> None:
         desired_set = self.file.read()

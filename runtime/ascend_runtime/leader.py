@@ -365,7 +365,7 @@ class LeaderRole:
         reconciler = self._reconciler = self._adapter_reconciler()
         if reconciler is not None:
             self.store.set_phase(RuntimePhase.WARMING_UP, "loading the LoRA adapters of lora.adaptersFile")
-            await sup.until_stopped(reconciler.reconcile_once())
+            await sup.until_stopped(reconciler.round())
         sup.health.mark_baseline()
         self.store.set_phase(RuntimePhase.READY, f"serving in {self.store.state.mode.value} mode"
                              if self.store.state.mode else "serving")

@@ -419,3 +419,16 @@ def test_engine_calls_are_flagged_while_under_way_and_briefly_after(tmp_path):
     assert rec.engine_call_recent() is True  # its log lines may still be on their way
     clock.now += 2.0
     assert rec.engine_call_recent() is False
+
+
+def test_a_round_that_breaks_unexpectedly_is_logged_not_raised(tmp_path, caplog):
+    engine, clock = ScriptedEngine(), Clock()
+    rec, path, _ = reconciler(tmp_path, engine, clock)
+
+    async def broken() -> dict[str, str]:
+        raise KeyError("data")
+
+    engine.loaded = broken
+    write(path, a="/a")
+    run(rec.round())
+    assert "adapter reconcile round failed: KeyError('data')" in caplog.text
