@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+import yaml
 
 from ascend_runtime.config import (
     AdapterPhase,
@@ -35,7 +36,7 @@ from ascend_runtime.config import (
     AdapterStatus,
     ConfigError,
     LoraConfig,
-    load_adapter_set,
+    parse_adapter_set,
 )
 from ascend_runtime.state import StateStore
 from ascend_runtime.warmup import api_key_headers
@@ -86,6 +87,15 @@ class Backoff:
         return min(self.initial * 2.0 ** min(failures - 1, 62), self.maximum)
 
 
+def _yaml(data: bytes, path: Path) -> object:
+    """The parsed bytes (the ones hashed: kubelet may swap the file between two reads)."""
+
+    try:
+        return yaml.safe_load(data.decode("utf-8", errors="replace"))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+
+
 class AdapterFile:
     """The desired set from the adapters file, parsed again only when its content changes."""
 
@@ -110,7 +120,7 @@ class AdapterFile:
             return self.current
         self._digest = digest
         try:
-            self.current = load_adapter_set(self.path) if data else AdapterSet()
+            self.current = parse_adapter_set(_yaml(data, self.path), str(self.path))
             self.error = None
             log.info("adapter set from %s: %s", self.path,
                      ", ".join(f"{a.name}={a.path}" for a in self.current.adapters) or "none")
