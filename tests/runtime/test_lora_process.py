@@ -133,8 +133,12 @@ def test_a_bad_adapters_file_keeps_the_loaded_set_and_says_why(runtime_factory, 
 def test_a_relaunched_engine_gets_the_adapters_again_before_ready(runtime_factory, tmp_path):
     adapters_file = tmp_path / "adapters.yaml"
     write_adapters(adapters_file, {"sql": make_adapter(tmp_path / "sql")})
-    runtime = runtime_factory(lora_config(adapters_file), {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "2"})
+    # Each engine takes 2 s to answer /health: a window in which the relaunch is not Ready yet.
+    runtime = runtime_factory(lora_config(adapters_file), {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "4",
+                                                           "FAKE_ENGINE_STARTUP_S": "2"})
     first = runtime.wait_for(is_ready, 30, "Ready")
+    between = runtime.wait_for(lambda s: s["engineRestarts"] == 1 and s["phase"] == "Loading", 30, "the relaunch")
+    assert between["adapters"] == []  # nothing is loaded in an engine that is not serving yet
     state = runtime.wait_for(lambda s: s["engineRestarts"] == 1 and is_ready(s), 30, "Ready after the crash")
     assert state["enginePid"] != first["enginePid"]
     assert adapters(state)["sql"]["state"] == "Loaded"  # the new engine loaded it before Ready
