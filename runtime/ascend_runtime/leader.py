@@ -32,6 +32,12 @@ says so, poll ``workers_ready_command`` until every node has joined (phase Loadi
 N workers", bounded by ``runtime.readyTimeoutS``). The graph mode is published on ``/state`` from
 the start of each launch, ``enginePid`` while that engine runs (None in between); workers follow
 both (:mod:`ascend_runtime.worker`).
+
+With ``lora`` enabled, the leader runs the adapter reconciler (:mod:`ascend_runtime.adapters`):
+one pass after warmup, before the phase turns Ready (so the adapters of the file are served
+from the first ready moment, a failing one retried later), then every ``lora.pollIntervalS``
+while serving. A new engine starts with no adapters: ``/state``'s ``adapters`` is emptied
+when a serving engine ends.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ascend_runtime.adapters import AdapterReconciler, EngineAdapters
 from ascend_runtime.config import GraphMode, RuntimePhase, WarmupReport
 from ascend_runtime.distributed import plan_distributed
 from ascend_runtime.engine import EngineExit, EngineProcess
@@ -122,6 +129,7 @@ class LeaderRole:
         self._replay_failures: list[float] = []
         self._serving = False
         self._pre_commands_done = False
+        self._reconciler: AdapterReconciler | None = None
 
     async def __aenter__(self) -> LeaderRole:
         return self
@@ -216,8 +224,13 @@ class LeaderRole:
         elif kind == EventKind.CAPTURE_FAILURE and not self._serving:
             self._trigger_fallback(f"graph capture failed: {event.text.strip()[:300]}")
         if self._serving and kind in (EventKind.REPLAY_FAILURE, EventKind.DEVICE_OOM, EventKind.FATAL):
-            # vLLM's engine core dies of these; its API server answers /health for a while longer.
-            self.sup.report_engine_failure(f"{kind.value}: {event.text}")
+            if kind == EventKind.FATAL and self._reconciler is not None and self._reconciler.engine_call_recent():
+                # A refused adapter load logs a worker exception; the engine serves on.
+                log.info("engine error line during a LoRA adapter load or unload, not taken for an engine "
+                         "failure (its /health still decides): %s", event.text.strip()[:200])
+            else:
+                # vLLM's engine core dies of these; its API server answers /health for a while longer.
+                self.sup.report_engine_failure(f"{kind.value}: {event.text}")
         if kind == EventKind.REPLAY_FAILURE:
             now = time.monotonic()
             window = self.config.graph.replay_failure_window_s
@@ -340,14 +353,26 @@ class LeaderRole:
         return None
 
     # -- serving -------------------------------------------------------------------------
+    def _adapter_reconciler(self) -> AdapterReconciler | None:
+        lora = self.config.lora
+        if lora is None or not lora.enabled:
+            return None
+        base = self.config.model.served_name or self.config.model.path
+        return AdapterReconciler(lora, EngineAdapters(self.sup.engine_base_url), self.store, [base])
+
     async def _serve_phase(self, engine: EngineProcess, exit_task: asyncio.Task) -> LaunchResult:
         sup = self.sup
         self._serving = True
+        reconciler = self._reconciler = self._adapter_reconciler()
+        if reconciler is not None:
+            self.store.set_phase(RuntimePhase.WARMING_UP, "loading the LoRA adapters of lora.adaptersFile")
+            await sup.until_stopped(reconciler.round())
         sup.health.mark_baseline()
         self.store.set_phase(RuntimePhase.READY, f"serving in {self.store.state.mode.value} mode"
                              if self.store.state.mode else "serving")
         serving_since = time.monotonic()
         monitor = asyncio.create_task(sup.monitor(), name="health-monitor")
+        adapters = asyncio.create_task(reconciler.run(), name="lora-adapters") if reconciler else None
         stop_wait = asyncio.create_task(sup.stop_requested.wait())
         fallback_wait = asyncio.create_task(self._fallback.wait())
         try:
@@ -371,4 +396,9 @@ class LeaderRole:
             for task in (monitor, stop_wait, fallback_wait):
                 task.cancel()
             await sup.finish_task(monitor)
+            if adapters is not None:
+                adapters.cancel()
+                await sup.finish_task(adapters)
+                self.store.set_adapters([])  # the next engine starts without them
+            self._reconciler = None
             self._serving = False

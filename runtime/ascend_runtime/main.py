@@ -21,6 +21,7 @@ from ascend_runtime import redact
 from ascend_runtime.config import DEFAULT_CONFIG_PATH, ConfigError, EngineConfig, GraphMode, load_config
 from ascend_runtime.distributed import plan_distributed, resolve_distributed
 from ascend_runtime.flags import graph_ladder
+from ascend_runtime.lora_support import check_lora_support
 from ascend_runtime.memory.devices import VisibleDevicesError, visible_devices
 from ascend_runtime.preflight import make_preflight
 from ascend_runtime.server import build_app, start_server
@@ -134,6 +135,10 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"ascend-llm run: {error}", file=sys.stderr)
         return EXIT_CONFIG
     log.info("platform and versions: %s", describe(versions))
+    lora = check_lora_support(config, versions.platform, versions.vllm_ascend)
+    if lora.errors:
+        print(f"ascend-llm run: {'; '.join(lora.errors)}", file=sys.stderr)
+        return EXIT_CONFIG
     problem = check_distributed(config, versions, os.environ)
     if problem is not None:
         print(f"ascend-llm run: {problem}", file=sys.stderr)

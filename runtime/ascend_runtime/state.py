@@ -13,7 +13,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState, WarmupReport
+from ascend_runtime.config import AdapterPhase, AdapterStatus, GraphMode, RuntimePhase, RuntimeState, WarmupReport
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,14 @@ class RuntimeMetrics:
         self.live = Gauge("ascend_llm_live", "1 while the liveness probe passes.", registry=registry)
         self.startup_seconds = Gauge("ascend_llm_startup_seconds",
                                      "Seconds from launch to ready of the current engine.", registry=registry)
+        self.lora_adapters = Gauge(
+            "ascend_llm_lora_adapters", "LoRA adapters of the desired set (and being unloaded), by state.",
+            ["state"], registry=registry,
+        )
+        self.lora_operations = Counter(
+            "ascend_llm_lora_adapter_operations", "LoRA adapter loads and unloads sent to the engine, by result.",
+            ["operation", "result"], registry=registry,
+        )
         for phase in RuntimePhase:
             self.phase.labels(phase.value).set(0)
         for mode in GraphMode:
@@ -114,6 +122,14 @@ class StateStore:
         if report.seconds is not None:
             self.metrics.warmup_seconds.set(report.seconds)
         self.metrics.warmup_requests.set(report.requests)
+
+    def set_adapters(self, adapters: list[AdapterStatus], error: str | None = None) -> None:
+        """Each adapter's state (``/state``'s ``adapters``) and the count per state (the gauge)."""
+
+        self.state.adapters = adapters
+        self.state.adapters_error = error
+        for phase in AdapterPhase:
+            self.metrics.lora_adapters.labels(phase.value).set(sum(a.state is phase for a in adapters))
 
     def set_live(self, live: bool, reasons: list[str]) -> None:
         self.state.live = live

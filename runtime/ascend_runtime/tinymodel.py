@@ -101,3 +101,47 @@ def build_tiny_model(directory: str | Path, seed: int = 0) -> Path:
     model.save_pretrained(str(directory), safe_serialization=True)
     marker.write_text(json.dumps({"seed": seed, "vocab_size": VOCAB_SIZE}))
     return directory
+
+
+#: The tiny model's attention projections a tiny adapter targets (the ``LlamaAttention`` names).
+LORA_TARGETS = ("q_proj", "v_proj")
+
+
+def build_tiny_lora(directory: str | Path, rank: int = 8, seed: int = 1, scale: float = 0.5) -> Path:
+    """Write a PEFT-format LoRA adapter for the tiny model to ``directory`` (created) and return it.
+
+    ``adapter_config.json`` plus ``adapter_model.safetensors`` with random ``lora_A`` / ``lora_B``
+    (both non-zero, so the adapter changes the model's output) for :data:`LORA_TARGETS` of every
+    layer, as vLLM's LoRA loader reads them. Needs ``torch`` and ``safetensors``.
+    """
+
+    import torch
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(seed)
+    out_features = {"q_proj": HIDDEN_SIZE, "v_proj": HIDDEN_SIZE}  # heads == kv heads here
+    tensors = {}
+    for layer in range(LAYERS):
+        for target in LORA_TARGETS:
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{target}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, HIDDEN_SIZE, generator=generator) * scale
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_features[target], rank, generator=generator) * scale
+    save_file(tensors, str(directory / "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": 2 * rank,
+        "lora_dropout": 0.0,
+        "target_modules": list(LORA_TARGETS),
+        "bias": "none",
+        "modules_to_save": None,
+        "fan_in_fan_out": False,
+        "use_rslora": False,
+        "use_dora": False,
+        "init_lora_weights": True,
+    }
+    (directory / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    return directory

@@ -52,6 +52,19 @@ misbehaves on request through environment variables:
   ``FAKE_ENGINE_STATE_DIR``/children. ``detached``: the child runs in its own session, so
   stopping the engine's process group does not reach it.
 
+LoRA, as vLLM 0.32 serves it (``entrypoints/openai/models/serving.py``,
+``entrypoints/serve/lora/api_router.py``): with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` true,
+``POST /v1/load_lora_adapter`` ``{lora_name, lora_path}`` answers 200 with a plain-text
+"Success: ..."; 400 when a field is missing, the name is the base model's or is already loaded
+(without ``load_inplace``); 404 ``NotFoundError`` "No adapter found" when the path has no
+``adapter_config.json`` (the fake's stand-in for vLLM's loader). ``POST /v1/unload_lora_adapter``
+``{lora_name}``: 200, or 404 when not loaded. Without the variable both routes are 404.
+``/v1/models`` lists the loaded adapters with ``root`` (the path) and ``parent`` (the base model);
+a completion whose ``model`` is neither the base model nor a loaded adapter gets vLLM's 404.
+``FAKE_ENGINE_LORA_FAIL_LOADS``: the first N loads (counted in ``FAKE_ENGINE_STATE_DIR``) fail with
+HTTP 500, as an engine error would, after printing ``FAKE_ENGINE_LORA_FAIL_LOG`` when set (vLLM's
+worker-exception lines for a refused adapter; the engine serves on).
+
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
 
@@ -96,6 +109,8 @@ class FakeEngine:
         self.request_s = env_float("FAKE_ENGINE_REQUEST_S") or 0.0
         self.ballast: list[bytes] = []
         self.up_at: float | None = None  # when the HTTP server started listening
+        self.base_name = args.served_model_name or args.model
+        self.loras: dict[str, str] = {}  # name -> path, in load order
 
     def ready(self) -> bool:
         return time.monotonic() - self.started >= self.startup_s
@@ -110,7 +125,40 @@ class FakeEngine:
         return web.Response(status=200 if self.ready() and not self.draining else 503)
 
     async def models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.args.served_model_name or self.args.model}]})
+        cards = [{"id": self.base_name, "object": "model", "root": self.args.model, "parent": None}]
+        cards += [{"id": name, "object": "model", "root": path, "parent": self.base_name}
+                  for name, path in self.loras.items()]
+        return web.json_response({"object": "list", "data": cards})
+
+    async def load_lora(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return vllm_error("Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput", 400)
+        if name == self.base_name:
+            return vllm_error(f"The lora adapter '{name}' conflicts with a served base model.", "InvalidUserInput", 400)
+        if name in self.loras and not body.get("load_inplace"):
+            return vllm_error(f"The lora adapter '{name}' has already been loaded. If you want to load the adapter "
+                              "in place, set 'load_inplace' to True.", "InvalidUserInput", 400)
+        if failing_load():
+            if log := os.environ.get("FAKE_ENGINE_LORA_FAIL_LOG"):
+                print_log(log)
+            return vllm_error(f"injected engine failure loading {name}", "InternalServerError", 500)
+        if not (Path(path) / "adapter_config.json").is_file():
+            return vllm_error(f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError", 404)
+        self.loras[name] = path
+        print(f"INFO fake engine: Loaded new LoRA adapter: name '{name}', path '{path}'", flush=True)
+        return web.Response(status=200, text=f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def unload_lora(self, request: web.Request) -> web.Response:
+        name = (await request.json()).get("lora_name")
+        if not name:
+            return vllm_error("'lora_name' needs to be provided to unload a LoRA adapter.", "InvalidUserInput", 400)
+        if name not in self.loras:
+            return vllm_error(f"The lora adapter '{name}' cannot be found.", "NotFoundError", 404)
+        del self.loras[name]
+        print(f"INFO fake engine: Removed LoRA adapter: name '{name}'", flush=True)
+        return web.Response(status=200, text=f"Success: LoRA adapter '{name}' removed successfully.")
 
     async def complete(self, request: web.Request) -> web.Response:
         if self.draining:
@@ -118,6 +166,9 @@ class FakeEngine:
         if os.environ.get("FAKE_ENGINE_FAIL_REQUESTS") or self.erroring():
             return web.json_response({"error": "injected failure"}, status=500)
         body = await request.json()
+        model = body.get("model")
+        if model and model != self.base_name and model not in self.loras:
+            return vllm_error(f"The model `{model}` does not exist.", "NotFoundError", 404, param="model")
         if "messages" in body and os.environ.get("FAKE_ENGINE_NO_CHAT_TEMPLATE"):
             message = ("As of transformers v4.44, default chat template is no longer allowed, so you must "
                        "provide a chat template if the tokenizer does not define one.")
@@ -158,6 +209,30 @@ class FakeEngine:
             f"vllm:generation_tokens_total{labels} {float(self.tokens)}\n"
         )
         return web.Response(text=text, content_type="text/plain")
+
+
+def vllm_error(message: str, err_type: str, code: int, param: str | None = None) -> web.Response:
+    """vLLM's ErrorResponse body."""
+    return web.json_response({"error": {"message": message, "type": err_type, "param": param, "code": code}},
+                             status=code)
+
+
+def failing_load() -> bool:
+    """One of the first ``FAKE_ENGINE_LORA_FAIL_LOADS`` loads (the count survives relaunches)."""
+    limit = env_float("FAKE_ENGINE_LORA_FAIL_LOADS")
+    if not limit:
+        return False
+    counter = Path(os.environ.get("FAKE_ENGINE_STATE_DIR", ".")) / "lora-load-failures"
+    failed = int(counter.read_text()) if counter.exists() else 0
+    if failed >= limit:
+        return False
+    counter.write_text(str(failed + 1))
+    return True
+
+
+def runtime_lora_updating() -> bool:
+    """vLLM's envs.VLLM_ALLOW_RUNTIME_LORA_UPDATING: "1" or "true", any case."""
+    return os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")
 
 
 def print_log(path: str) -> None:
@@ -319,6 +394,9 @@ async def main() -> None:
     app.router.add_post("/v1/completions", engine.complete)
     app.router.add_post("/v1/chat/completions", engine.complete)
     app.router.add_get("/metrics", engine.metrics)
+    if runtime_lora_updating():
+        app.router.add_post("/v1/load_lora_adapter", engine.load_lora)
+        app.router.add_post("/v1/unload_lora_adapter", engine.unload_lora)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, args.host, args.port).start()
