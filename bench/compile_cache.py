@@ -82,8 +82,9 @@ def goal_met(cold: Summary, warm: Summary) -> bool:
 def bench_config(model: str, cache_root: str, engine_port: int, runtime_port: int) -> dict[str, Any]:
     return {
         "schemaVersion": 1, "name": "compile-cache-bench", "model": {"path": model},
-        "engine": {"command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server"], "dtype": "float32",
-                   "maxModelLen": 512, "maxNumSeqs": 8, "port": engine_port, "host": "127.0.0.1"},
+        "engine": {"command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server"],
+                   "dtype": "float32", "maxModelLen": 512, "maxNumSeqs": 8, "port": engine_port,
+                   "host": "127.0.0.1"},
         "graph": {"policy": "piecewise", "fallback": False},
         "warmup": {"enabled": False},
         "compileCache": {"root": cache_root},
@@ -104,7 +105,8 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"| warm (filled by the first cold start) | {warm['n']} | {warm['median']:.1f} "
         f"({warm['low']:.1f}-{warm['high']:.1f}) |",
         "",
-        f"warm / cold (medians): {ratio:.2f}; goal <= {GOAL_RATIO}: {'met' if report['goalMet'] else 'NOT met'}",
+        f"warm / cold (medians): {ratio:.2f}; goal <= {GOAL_RATIO}: "
+        f"{'met' if report['goalMet'] else 'NOT met'}",
         f"each start in order: {', '.join(f'{k} {s:.1f}' for k, s in report['starts'])}",
     ]
     return "\n".join(lines)
@@ -125,8 +127,9 @@ def get_state(port: int) -> dict | None:
 
 
 def engine_env(work: Path) -> dict[str, str]:
-    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0-1" if (os.cpu_count() or 1) >= 2 else "0",
-            "TMPDIR": str(work), "PYTHONUNBUFFERED": "1"}
+    cpus = "0-1" if (os.cpu_count() or 1) >= 2 else "0"
+    return {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": cpus, "TMPDIR": str(work),
+            "PYTHONUNBUFFERED": "1"}
 
 
 def start_once(model: str, cache_root: Path, work: Path) -> tuple[float, dict]:
@@ -138,9 +141,9 @@ def start_once(model: str, cache_root: Path, work: Path) -> tuple[float, dict]:
     config_path.write_text(yaml.safe_dump(bench_config(model, str(cache_root), engine_port, port)))
     log = open(work / "runtime.log", "w")
     started = time.monotonic()
-    process = subprocess.Popen([sys.executable, "-m", "ascend_runtime.cli", "run", "--config", str(config_path)],
-                               stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **engine_env(work)},
-                               cwd=work, start_new_session=True)
+    argv = [sys.executable, "-m", "ascend_runtime.cli", "run", "--config", str(config_path)]
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                               env={**os.environ, **engine_env(work)}, cwd=work, start_new_session=True)
     engine_pid = None
     try:
         while time.monotonic() - started < START_DEADLINE_S:

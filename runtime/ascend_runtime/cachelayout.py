@@ -128,8 +128,9 @@ class FetchExit(int, enum.Enum):
 
 
 #: Retrying cannot fix these: a new token, repo id or request is needed.
-PERMANENT_EXIT_CODES: tuple[int, ...] = tuple(int(code) for code in (FetchExit.INVALID, FetchExit.UNAUTHORIZED,
-                                                                    FetchExit.NOT_FOUND))
+PERMANENT_EXIT_CODES: tuple[int, ...] = tuple(
+    int(code) for code in (FetchExit.INVALID, FetchExit.UNAUTHORIZED, FetchExit.NOT_FOUND)
+)
 
 
 def _split_repo(repo_id: str) -> tuple[str, str]:
@@ -163,7 +164,8 @@ class FetchRequest(_Model):
     cache_root: str = Field(description="Mount path of the cache volume in the Job's pod.")
     allow_patterns: list[str] | None = Field(
         None, min_length=1,
-        description="Glob patterns of the files to fetch; None: DEFAULT_ALLOW_PATTERNS (+ *.py with trustRemoteCode).",
+        description="Glob patterns of the files to fetch; None: DEFAULT_ALLOW_PATTERNS "
+        "(+ *.py with trustRemoteCode).",
     )
     trust_remote_code: bool = Field(False, description="Also fetch the repo's Python modules (*.py).")
     endpoint: str | None = Field(
@@ -249,7 +251,8 @@ def matches(path: str, patterns: list[str] | tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(path, p + "*" if p.endswith("/") else p) for p in patterns)
 
 
-def snapshot_files(directory: str | os.PathLike[str], patterns: list[str] | tuple[str, ...]) -> dict[str, int]:
+def snapshot_files(directory: str | os.PathLike[str],
+                   patterns: list[str] | tuple[str, ...]) -> dict[str, int]:
     """Relative path -> size of the files under ``directory`` that match ``patterns``, the
     clients' metadata folder excluded; empty when the directory does not exist."""
 
@@ -349,7 +352,9 @@ class CompileCacheKey(_Model):
     torch_npu: str | None = None
     cann: str | None = None
     chip: str | None = None
-    mode: str = Field(description="The launch's graph mode (each rung of the ladder compiles its own graphs).")
+    mode: str = Field(
+        description="The launch's graph mode (each rung of the ladder compiles its own graphs)."
+    )
     flags: list[str] = Field(default_factory=list, description="Engine argv that shapes the graphs.")
     env: dict[str, str] = Field(default_factory=dict, description="engine.env of the config.")
 

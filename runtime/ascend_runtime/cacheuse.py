@@ -58,13 +58,15 @@ def model_cache_problem(config: EngineConfig) -> str | None:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return f"the model cache is not complete: no marker at {path} (model.cacheMarker); the fetch Job writes it last"
+        return (f"the model cache is not complete: no marker at {path} (model.cacheMarker); "
+                "the fetch Job writes it last")
     except OSError as error:
         return f"the model cache marker {path} (model.cacheMarker) cannot be read: {error.strerror}"
     try:
         marker = CacheMarker.model_validate_json(text)
     except ValueError as error:
-        return f"the model cache marker {path} (model.cacheMarker) is not a marker: {str(error).splitlines()[0]}"
+        first = str(error).splitlines()[0]
+        return f"the model cache marker {path} (model.cacheMarker) is not a marker: {first}"
     incomplete = marker.incomplete(config.model.path)
     if incomplete is not None:
         return f"the model cache is incomplete: {incomplete} (model.path against model.cacheMarker {path})"
@@ -119,7 +121,8 @@ def prepare_launch(config: EngineConfig, versions: Versions, mode: GraphMode | N
     key = CompileCacheKey(
         image=config.image, model=marker.repo_id if marker else config.model.path,
         revision=(marker.commit or marker.revision) if marker else config.model.revision,
-        vllm=versions.vllm, vllm_ascend=versions.vllm_ascend, torch=versions.torch, torch_npu=versions.torch_npu,
+        vllm=versions.vllm, vllm_ascend=versions.vllm_ascend, torch=versions.torch,
+        torch_npu=versions.torch_npu,
         cann=versions.cann, chip=chip, mode=(mode or GraphMode.EAGER).value, flags=graph_flags(argv),
         env=dict(config.engine.env),
     )

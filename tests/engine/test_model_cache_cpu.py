@@ -35,7 +35,8 @@ def test_a_fetched_model_starts_twice_and_the_second_start_compiles_nothing_new(
         fetched = subprocess.run(
             [sys.executable, "-m", "ascend_runtime.cli", "fetch", "--progress-host", "127.0.0.1",
              "--progress-port", "0", "--termination-log", str(tmp_path / "termination-log"),
-             "--request-json", json.dumps({**request.model_dump(mode="json", by_alias=True), "endpoint": hub.url})],
+             "--request-json",
+             json.dumps({**request.model_dump(mode="json", by_alias=True), "endpoint": hub.url})],
             capture_output=True, text=True, timeout=120,
             env={**os.environ, "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_PROGRESS_BARS": "1"},
         )

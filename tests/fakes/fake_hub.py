@@ -184,8 +184,10 @@ class FakeHub:
             return
         files = repo.commits[sha]
         if kind == "tree":
-            payload = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                       for name, data in sorted(files.items())]
+            payload = [
+                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                for name, data in sorted(files.items())
+            ]
         elif kind == "revision":
             blobs = query.get("blobs", ["false"])[0].lower() == "true"
             siblings = [{"rfilename": name, **({"size": len(data), "blobId": hashlib.sha1(data).hexdigest()}

