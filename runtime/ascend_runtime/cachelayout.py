@@ -205,6 +205,12 @@ class FetchRequest(_Model):
             return list(self.allow_patterns)
         return [*DEFAULT_ALLOW_PATTERNS, *(REMOTE_CODE_PATTERNS if self.trust_remote_code else ())]
 
+    def command(self, progress_port: int = DEFAULT_PROGRESS_PORT) -> list[str]:
+        """The fetch Job container's command for this request."""
+
+        return ["ascend-llm", "fetch", "--request-json", self.model_dump_json(by_alias=True, exclude_none=True),
+                "--progress-port", str(progress_port)]
+
     def default_token_env(self) -> str:
         return self.token_env or ("HF_TOKEN" if self.hub is Hub.HUGGINGFACE else "MODELSCOPE_API_TOKEN")
 
