@@ -208,8 +208,8 @@ class FetchRequest(_Model):
     def command(self, progress_port: int = DEFAULT_PROGRESS_PORT) -> list[str]:
         """The fetch Job container's command for this request."""
 
-        return ["ascend-llm", "fetch", "--request-json", self.model_dump_json(by_alias=True, exclude_none=True),
-                "--progress-port", str(progress_port)]
+        text = self.model_dump_json(by_alias=True, exclude_none=True)
+        return ["ascend-llm", "fetch", "--request-json", text, "--progress-port", str(progress_port)]
 
     def default_token_env(self) -> str:
         return self.token_env or ("HF_TOKEN" if self.hub is Hub.HUGGINGFACE else "MODELSCOPE_API_TOKEN")

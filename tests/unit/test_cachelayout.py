@@ -189,7 +189,8 @@ def test_a_marker_that_is_not_json_is_reported_naming_the_field(tmp_path):
 def test_the_job_command_carries_the_request_as_the_fetch_command_parses_it():
     from ascend_runtime.cli import build_parser
 
-    request = FetchRequest(repo_id="org/name", cache_root="/cache", revision="v1", endpoint="https://hf-mirror.com")
+    request = FetchRequest(repo_id="org/name", cache_root="/cache", revision="v1",
+                           endpoint="https://hf-mirror.com")
     command = request.command(progress_port=9090)
     assert command[:2] == ["ascend-llm", "fetch"]
     args = build_parser().parse_args(command[1:])
