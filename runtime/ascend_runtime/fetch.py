@@ -58,12 +58,16 @@ MESSAGE_LIMIT = 1000
 _NETWORK_CLASSES = {"ConnectError", "ConnectTimeout", "TimeoutException", "TransportError", "NetworkError",
                     "ConnectionError", "Timeout", "ReadTimeout", "ProxyError", "LocalEntryNotFoundError"}
 _NOT_FOUND_CLASSES = {"RepositoryNotFoundError", "RevisionNotFoundError", "RemoteEntryNotFoundError",
-                      "EntryNotFoundError", "NotExistError", "FileNotExistError"}
+                      "EntryNotFoundError", "NotExistError", "FileNotExistError", "NoMatchingFilesError"}
 _UNAUTHORIZED_CLASSES = {"GatedRepoError", "NotLoginException", "DisabledRepoError"}
 
 
 class MissingClientError(RuntimeError):
     """The hub's client package is not installed in this image."""
+
+
+class NoMatchingFilesError(LookupError):
+    """The revision has no file that the allow patterns match."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +384,10 @@ class Fetcher:
             token = self.env.get(request.default_token_env()) or None
             client = make_client(request, token)
             listing = client.listing()
+            if not listing.files:
+                raise NoMatchingFilesError(
+                    f"{request.repo_id}@{request.revision or 'default'} has no file matching allowPatterns "
+                    f"{request.patterns()}; list the files the engine loads (pickled weights: '*.bin')")
             self.progress.update(phase=FetchPhase.DOWNLOADING, commit=listing.commit,
                                  bytes_total=sum(listing.files.values()), files_total=len(listing.files))
             local_dir = Path(request.model_dir)

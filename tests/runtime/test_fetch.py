@@ -184,6 +184,12 @@ def test_allow_patterns_fetch_only_the_matching_files(tmp_path, tiny_files):
         assert present == sorted(n for n in tiny_files if n.endswith(".json"))
         assert not any(r.path.endswith((".safetensors", ".bin", ".py")) for r in hub.file_downloads())
 
+        root = tmp_path / "none" / "cache"
+        code, none = fetch(hub, root, allowPatterns=["*.gguf"])
+        assert code is FetchExit.NOT_FOUND
+        assert "no file matching allowPatterns ['*.gguf']" in termination(root)["message"]
+        assert not Path(none.request.marker_path).exists()
+
         code, default = fetch(hub, tmp_path / "default" / "cache")
         assert code is FetchExit.OK
         names = {p.name for p in Path(default.request.model_dir).iterdir() if p.is_file()}
