@@ -306,7 +306,8 @@ def test_a_modelscope_request_without_the_modelscope_package_is_invalid_naming_i
 def test_a_token_in_an_error_message_is_masked_in_the_termination_message(tmp_path):
     request = FetchRequest(repo_id="org/name", cache_root=str(tmp_path / "cache"), token_env="MY_TOKEN")
     log = tmp_path / "termination-log"
-    fetcher = Fetcher(request, FetchOptions(progress_port=0, termination_log=str(log)), env={"MY_TOKEN": TOKEN})
+    fetcher = Fetcher(request, FetchOptions(progress_port=0, termination_log=str(log)),
+                      env={"MY_TOKEN": TOKEN})
     code = fetcher.fail(ConnectionError(f"proxy said: bad header Authorization: Bearer {TOKEN}"))
     assert code is FetchExit.NETWORK
     failure = json.loads(log.read_text())
