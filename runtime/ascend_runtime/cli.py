@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="The FetchRequest (ascend_runtime.cachelayout) as camelCase JSON; "
                             "default: $ASCEND_LLM_FETCH_REQUEST.")
     fetch.add_argument("--progress-host", default="0.0.0.0", help="Address of GET /progress.")
-    fetch.add_argument("--progress-port", type=int, default=8080, help="Port of GET /progress (default 8080).")
+    fetch.add_argument("--progress-port", type=int, default=8080,
+                       help="Port of GET /progress (default 8080).")
     fetch.add_argument("--termination-log", default="/dev/termination-log",
                        help="Where a failure's one-line JSON {reason, message} goes.")
     fetch.set_defaults(func=_cmd_fetch)

@@ -107,14 +107,17 @@ class CompileCacheConfig(_Model):
     """Where compiled graphs outlive the pod (a writable directory on the cache volume)."""
 
     root: str = Field(
-        description="Absolute path; each launch uses root/compile/<key> (ascend_runtime.cachelayout.compile_cache_dir)."
+        description="Absolute path; each launch uses root/compile/<key> "
+        "(ascend_runtime.cachelayout.compile_cache_dir)."
     )
 
     @field_validator("root")
     @classmethod
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError(f"compileCache.root {value!r} must be an absolute path (a mount path of the cache volume)")
+            raise ValueError(
+                f"compileCache.root {value!r} must be an absolute path (a mount path of the cache volume)"
+            )
         return value
 
 
@@ -586,8 +589,12 @@ class CompileCacheReport(_Model):
     dir: str
     key: str
     mode: GraphMode | None = None
-    warm: bool = Field(False, description="The directory held files before the launch (compiled by an earlier one).")
-    error: str | None = Field(None, description="Why the directory could not be used (the engine compiled anyway).")
+    warm: bool = Field(
+        False, description="The directory held files before the launch (compiled by an earlier one)."
+    )
+    error: str | None = Field(
+        None, description="Why the directory could not be used (the engine compiled anyway)."
+    )
 
 
 class AdapterPhase(str, enum.Enum):

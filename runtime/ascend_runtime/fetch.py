@@ -58,12 +58,16 @@ MESSAGE_LIMIT = 1000
 _NETWORK_CLASSES = {"ConnectError", "ConnectTimeout", "TimeoutException", "TransportError", "NetworkError",
                     "ConnectionError", "Timeout", "ReadTimeout", "ProxyError", "LocalEntryNotFoundError"}
 _NOT_FOUND_CLASSES = {"RepositoryNotFoundError", "RevisionNotFoundError", "RemoteEntryNotFoundError",
-                      "EntryNotFoundError", "NotExistError", "FileNotExistError"}
+                      "EntryNotFoundError", "NotExistError", "FileNotExistError", "NoMatchingFilesError"}
 _UNAUTHORIZED_CLASSES = {"GatedRepoError", "NotLoginException", "DisabledRepoError"}
 
 
 class MissingClientError(RuntimeError):
     """The hub's client package is not installed in this image."""
+
+
+class NoMatchingFilesError(LookupError):
+    """The revision has no file that the allow patterns match."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +242,8 @@ class HuggingFaceClient:
             import huggingface_hub
         except ImportError as error:
             raise MissingClientError(
-                "hub huggingface needs the huggingface_hub package in the fetch image (pip install huggingface_hub)"
+                "hub huggingface needs the huggingface_hub package in the fetch image "
+                "(pip install huggingface_hub)"
             ) from error
         self.hub = huggingface_hub
         self.request = request
@@ -344,7 +349,8 @@ def write_marker(request: FetchRequest, marker: CacheMarker) -> None:
 class Fetcher:
     """One fetch: check, lock, check again, list, download, verify, mark."""
 
-    def __init__(self, request: FetchRequest, options: FetchOptions, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, request: FetchRequest, options: FetchOptions,
+                 env: Mapping[str, str] | None = None) -> None:
         self.request = request
         self.options = options
         self.env = os.environ if env is None else env
@@ -355,7 +361,8 @@ class Fetcher:
 
     def run(self) -> FetchExit:
         try:
-            with ProgressServer(self.progress, self.options.progress_host, self.options.progress_port) as server:
+            options = self.options
+            with ProgressServer(self.progress, options.progress_host, options.progress_port) as server:
                 self.server = server
                 return self._fetch()
         except Exception as error:  # noqa: BLE001 (every failure becomes a reason and an exit code)
@@ -377,6 +384,10 @@ class Fetcher:
             token = self.env.get(request.default_token_env()) or None
             client = make_client(request, token)
             listing = client.listing()
+            if not listing.files:
+                raise NoMatchingFilesError(
+                    f"{request.repo_id}@{request.revision or 'default'} has no file matching allowPatterns "
+                    f"{request.patterns()}; list the files the engine loads (pickled weights: '*.bin')")
             self.progress.update(phase=FetchPhase.DOWNLOADING, commit=listing.commit,
                                  bytes_total=sum(listing.files.values()), files_total=len(listing.files))
             local_dir = Path(request.model_dir)
@@ -386,7 +397,8 @@ class Fetcher:
             present = snapshot_files(local_dir, request.patterns())
             missing = sorted(path for path, size in listing.files.items() if present.get(path) != size)
             if missing:
-                raise OSError(f"the download ended without {len(missing)} listed files: {', '.join(missing[:5])}")
+                raise OSError(f"the download ended without {len(missing)} listed files: "
+                              f"{', '.join(missing[:5])}")
             marker = CacheMarker.now(request, listing.commit, len(present), sum(present.values()))
             write_marker(request, marker)
         self.progress.update(phase=FetchPhase.COMPLETE)
@@ -397,7 +409,8 @@ class Fetcher:
     def _already(self) -> FetchExit:
         marker = CacheMarker.model_validate_json(Path(self.request.marker_path).read_text(encoding="utf-8"))
         self.progress.update(phase=FetchPhase.COMPLETE, bytes_done=marker.total_bytes,
-                             bytes_total=marker.total_bytes, files_done=marker.files, files_total=marker.files,
+                             bytes_total=marker.total_bytes, files_done=marker.files,
+                             files_total=marker.files,
                              commit=marker.commit)
         print(f"already cached: {self.request.marker_path} (commit {marker.commit})", flush=True)
         return FetchExit.OK
@@ -431,14 +444,16 @@ def run_from_args(args: argparse.Namespace) -> int:
     text = args.request_json if args.request_json is not None else os.environ.get("ASCEND_LLM_FETCH_REQUEST")
     try:
         if not text:
-            raise ValueError("give the request: --request-json '<FetchRequest JSON>' or $ASCEND_LLM_FETCH_REQUEST")
+            raise ValueError("give the request: --request-json '<FetchRequest JSON>' "
+                             "or $ASCEND_LLM_FETCH_REQUEST")
         request = FetchRequest.model_validate(json.loads(text))
     except (ValueError, ValidationError) as error:  # JSONDecodeError is a ValueError
         detail = error
         if isinstance(error, ValidationError):
             detail = ValueError("; ".join(f"{'.'.join(map(str, e['loc'])) or 'request'}: {e['msg']}"
                                           for e in error.errors()))
-        failure = FetchFailure(reason=FetchReason.INVALID, message=f"invalid fetch request: {detail}"[:MESSAGE_LIMIT])
+        message = f"invalid fetch request: {detail}"[:MESSAGE_LIMIT]
+        failure = FetchFailure(reason=FetchReason.INVALID, message=message)
         print(f"ascend-llm fetch: {failure.message}", file=sys.stderr)
         write_termination_message(options.termination_log, failure)
         return int(FetchExit.INVALID)

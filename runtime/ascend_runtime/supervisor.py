@@ -281,7 +281,8 @@ class Supervisor:
         deadline = time.monotonic() + self.config.runtime.ready_timeout_s
         while (problem := model_cache_problem(self.config)) is not None:
             if time.monotonic() > deadline:
-                reason = f"{problem}; gave up after runtime.readyTimeoutS ({self.config.runtime.ready_timeout_s} s)"
+                budget = self.config.runtime.ready_timeout_s
+                reason = f"{problem}; gave up after runtime.readyTimeoutS ({budget} s)"
                 self.store.set_phase(RuntimePhase.FAILED, reason)
                 log.error("%s", reason)
                 return EXIT_MODEL_CACHE

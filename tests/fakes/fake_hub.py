@@ -8,7 +8,8 @@ Serves repos from memory over HTTP on 127.0.0.1, so the real download code runs 
 - ``GET /api/models/{repo}/tree/{rev}``: the recursive file listing (``type``, ``path``, ``size``,
   ``oid``), what ``list_repo_tree`` reads.
 - ``HEAD`` / ``GET /{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit``, ``ETag`` and
-  ``Content-Length`` (what ``get_hf_file_metadata`` reads), the bytes (with ``Range: bytes=N-``).
+  ``Content-Length`` (what ``get_hf_file_metadata`` reads), the bytes (``Range: bytes=N-`` too,
+  which huggingface_hub sends to resume a partial file).
 
 Errors as the real hub sends them (``huggingface_hub.utils.hf_raise_for_status`` maps them):
 unknown repo 404 ``X-Error-Code: RepoNotFound``; unknown revision 404 ``RevisionNotFound``; a
@@ -184,8 +185,10 @@ class FakeHub:
             return
         files = repo.commits[sha]
         if kind == "tree":
-            payload = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                       for name, data in sorted(files.items())]
+            payload = [
+                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                for name, data in sorted(files.items())
+            ]
         elif kind == "revision":
             blobs = query.get("blobs", ["false"])[0].lower() == "true"
             siblings = [{"rfilename": name, **({"size": len(data), "blobId": hashlib.sha1(data).hexdigest()}

@@ -57,7 +57,8 @@ def make_repo(files: dict[str, bytes], token: str | None = None) -> FakeRepo:
 
 
 def make_fetcher(hub: FakeHub, root: Path, env: dict[str, str] | None = None, **fields) -> Fetcher:
-    request = FetchRequest.model_validate({"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url, **fields})
+    request = FetchRequest.model_validate(
+        {"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url, **fields})
     return Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
                                          termination_log=str(root.parent / "termination-log")), env=env or {})
 
@@ -175,24 +176,33 @@ def test_an_unknown_repo_or_revision_fails_as_not_found(tmp_path, tiny_files):
 
 
 def test_allow_patterns_fetch_only_the_matching_files(tmp_path, tiny_files):
-    with FakeHub({REPO_ID: make_repo({**tiny_files, "pytorch_model.bin": b"pickle", "modeling.py": b"x = 1"})}) as hub:
+    extra = {"pytorch_model.bin": b"pickle", "modeling.py": b"x = 1"}
+    with FakeHub({REPO_ID: make_repo({**tiny_files, **extra})}) as hub:
         code, fetcher = fetch(hub, tmp_path / "cache", allowPatterns=["*.json"])
         assert code is FetchExit.OK
         present = sorted(p.name for p in Path(fetcher.request.model_dir).iterdir() if p.is_file())
         assert present == sorted(n for n in tiny_files if n.endswith(".json"))
         assert not any(r.path.endswith((".safetensors", ".bin", ".py")) for r in hub.file_downloads())
 
+        root = tmp_path / "none" / "cache"
+        code, none = fetch(hub, root, allowPatterns=["*.gguf"])
+        assert code is FetchExit.NOT_FOUND
+        assert "no file matching allowPatterns ['*.gguf']" in termination(root)["message"]
+        assert not Path(none.request.marker_path).exists()
+
         code, default = fetch(hub, tmp_path / "default" / "cache")
         assert code is FetchExit.OK
         names = {p.name for p in Path(default.request.model_dir).iterdir() if p.is_file()}
-        assert "model.safetensors" in names and "pytorch_model.bin" not in names and "modeling.py" not in names
+        assert "model.safetensors" in names
+        assert "pytorch_model.bin" not in names and "modeling.py" not in names
 
         code, remote = fetch(hub, tmp_path / "remote" / "cache", trustRemoteCode=True)
         assert code is FetchExit.OK
         assert (Path(remote.request.model_dir) / "modeling.py").exists()
 
 
-def test_progress_shows_the_bytes_while_downloading_and_a_second_job_waits_for_the_first(tmp_path, tiny_files):
+def test_progress_shows_the_bytes_while_downloading_and_a_second_job_waits_for_the_first(
+        tmp_path, tiny_files):
     """huggingface_hub writes 10 MiB chunks: the held shard is 24 MiB, so half of it puts one
     chunk on disk while the hub holds the rest back."""
 
@@ -246,7 +256,8 @@ def test_an_invalid_request_exits_2_naming_the_field(tmp_path):
     run = _fetch_cli({"repoId": "not a repo", "cacheRoot": "/cache"}, log, {})
     assert run.returncode == FetchExit.INVALID == 2
     failure = json.loads(log.read_text())
-    assert failure["reason"] == "Invalid" and "repoId" in failure["message"] and "org/name" in failure["message"]
+    assert failure["reason"] == "Invalid"
+    assert "repoId" in failure["message"] and "org/name" in failure["message"]
 
 
 def _can_mount_tmpfs() -> bool:
@@ -267,9 +278,37 @@ def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
     log = tmp_path / "termination-log"
     with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
         request = {"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url}
-        prefix = ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=512k tmpfs "{root}" && exec "$@"', "sh"]
+        mount = f'mount -t tmpfs -o size=512k tmpfs "{root}" && exec "$@"'
+        prefix = ["unshare", "-rm", "sh", "-c", mount, "sh"]
         run = _fetch_cli(request, log, {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}, prefix)
     assert run.returncode == FetchExit.DISK_FULL == 5, run.stderr[-3000:]
     failure = json.loads(log.read_text())
     assert failure["reason"] == "DiskFull", failure
     assert "No space left on device" in failure["message"]
+
+
+def test_a_modelscope_request_without_the_modelscope_package_is_invalid_naming_it(tmp_path):
+    try:
+        import modelscope  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("modelscope is installed here")
+    root = tmp_path / "cache"
+    request = FetchRequest(hub="modelscope", repo_id="Qwen/Qwen3-8B", cache_root=str(root))
+    code = Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
+                                         termination_log=str(tmp_path / "termination-log")), env={}).run()
+    assert code is FetchExit.INVALID
+    failure = json.loads((tmp_path / "termination-log").read_text())
+    assert failure["reason"] == "Invalid" and "pip install modelscope" in failure["message"]
+
+
+def test_a_token_in_an_error_message_is_masked_in_the_termination_message(tmp_path):
+    request = FetchRequest(repo_id="org/name", cache_root=str(tmp_path / "cache"), token_env="MY_TOKEN")
+    log = tmp_path / "termination-log"
+    fetcher = Fetcher(request, FetchOptions(progress_port=0, termination_log=str(log)),
+                      env={"MY_TOKEN": TOKEN})
+    code = fetcher.fail(ConnectionError(f"proxy said: bad header Authorization: Bearer {TOKEN}"))
+    assert code is FetchExit.NETWORK
+    failure = json.loads(log.read_text())
+    assert TOKEN not in log.read_text() and "Bearer ***" in failure["message"]

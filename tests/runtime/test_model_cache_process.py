@@ -13,7 +13,8 @@ from runtime_harness import REPO, is_ready, mode_of
 from ascend_runtime.cachelayout import CacheMarker, FetchRequest
 
 ASCEND_0_23 = {"ASCEND_LLM_ASSUME_VERSIONS": "platform=ascend,vllm=0.23.0,vllm_ascend=0.23.0"}
-CAPTURE_LOG = REPO / "tests/data/reference-fixtures/vllm-logs/capture-op-tiling-561002-fullDecodeOnly-issue5771.log"
+CAPTURE_LOG = (REPO / "tests/data/reference-fixtures/vllm-logs"
+               / "capture-op-tiling-561002-fullDecodeOnly-issue5771.log")
 
 
 def snapshot(tmp_path: Path) -> tuple[FetchRequest, CacheMarker]:
@@ -43,14 +44,17 @@ def test_the_engine_waits_for_a_complete_cache_and_the_second_start_finds_a_warm
         runtime_factory, tmp_path):
     request, marker = snapshot(tmp_path)
     env = {"FAKE_ENGINE_COMPILE": "1"}
-    runtime = runtime_factory(cache_config(request), {**env, "FAKE_ENGINE_ENV_LOG": str(tmp_path / "env1.jsonl")})
-    state = runtime.wait_for(lambda s: "no marker at" in (s["message"] or ""), 20, "the missing marker reported")
+    runtime = runtime_factory(cache_config(request),
+                              {**env, "FAKE_ENGINE_ENV_LOG": str(tmp_path / "env1.jsonl")})
+    state = runtime.wait_for(lambda s: "no marker at" in (s["message"] or ""), 20,
+                             "the missing marker reported")
     assert state["phase"] == "Preflight" and not state["ready"]
     assert "model.cacheMarker" in state["message"] and str(request.marker_path) in state["message"]
 
     wrong = marker.model_copy(update={"files": marker.files + 1})
     Path(request.marker_path).write_text(wrong.to_json())
-    state = runtime.wait_for(lambda s: "incomplete" in (s["message"] or ""), 20, "the incomplete snapshot reported")
+    state = runtime.wait_for(lambda s: "incomplete" in (s["message"] or ""), 20,
+                             "the incomplete snapshot reported")
     assert "3 of the marker's 4 files" in state["message"]
     time.sleep(1)
     assert runtime.launches() == [], "no engine while the cache is incomplete"
@@ -66,7 +70,8 @@ def test_the_engine_waits_for_a_complete_cache_and_the_second_start_finds_a_warm
     assert (Path(cache["dir"]) / "vllm" / "torch_compile_cache" / "fake" / "graph.py").exists()
     assert runtime.terminate() == 0
 
-    again = runtime_factory(cache_config(request), {**env, "FAKE_ENGINE_ENV_LOG": str(tmp_path / "env2.jsonl")})
+    again = runtime_factory(cache_config(request),
+                            {**env, "FAKE_ENGINE_ENV_LOG": str(tmp_path / "env2.jsonl")})
     state = again.wait_for(is_ready, 30, "the second start Ready")
     assert state["compileCache"]["dir"] == cache["dir"] and state["compileCache"]["warm"] is True
 

