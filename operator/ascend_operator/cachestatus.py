@@ -131,7 +131,7 @@ def init_state(pods: Sequence[Mapping[str, Any]]) -> JobState:
 
     statuses = [(pod, status) for pod in pods if (status := _init_fetch(pod)) is not None]
     for pod, status in statuses:
-        if (status.get("state") or {}).get("running"):
+        if "running" in (status.get("state") or {}):
             return JobState(FetchPhase.DOWNLOADING, message=f"pod {pod['metadata']['name']} is downloading")
     for pod, status in statuses:
         for key in ("state", "lastState"):

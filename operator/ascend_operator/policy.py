@@ -2,7 +2,7 @@
 
 The CRD's schema and CEL rules say what a spec may be on any cluster; these say what this
 cluster's administrator allows (operator settings, Helm values): host path prefixes for
-``model.hostPath``, image prefixes, priority classes, scheduler names and toleration keys. A
+``model.hostPath`` and ``model.cache.hostPath``, image prefixes, priority classes, scheduler names and toleration keys. A
 spec outside them is refused like an invalid spec (condition ``InvalidSpec``, nothing built):
 :func:`enforce_policy` raises :class:`ascend_operator.api.SpecError` whose problems name the
 field and the setting.
@@ -51,6 +51,15 @@ def violations(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> lis
             "spec.model.hostPath.path", "HOST_PATH_PREFIXES",
             f"host path {host_path.path} is not under an allowed prefix "
             f"({_shown(settings.host_path_prefixes)}); use a pvc, or ask the administrator to allow the directory",
+        ))
+    cache = spec.model.cache
+    if cache is not None and cache.host_path is not None and not any(
+            _under(cache.host_path, p) for p in settings.host_path_prefixes):
+        found.append(Violation(
+            "spec.model.cache.hostPath", "HOST_PATH_PREFIXES",
+            f"host path {cache.host_path} is not under an allowed prefix "
+            f"({_shown(settings.host_path_prefixes)}); use create or claimName, or ask the administrator "
+            "to allow the directory",
         ))
     if spec.image is not None and not _allowed(spec.image, settings.allowed_image_prefixes, prefix=True):
         found.append(Violation(

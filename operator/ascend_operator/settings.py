@@ -110,7 +110,7 @@ class OperatorSettings(BaseSettings):
     # The Job's own retries, with Kubernetes' pod backoff (10 s doubling to 6 min); permanent
     # failures (no access, no such repo) stop at once through the Job's podFailurePolicy.
     fetch_backoff_limit: int = Field(4, ge=0, le=20, description="backoffLimit of a fetch Job.")
-    fetch_deadline_s: int = Field(6 * 3600, ge=60, description="activeDeadlineSeconds of a fetch Job.")
+    fetch_deadline_s: int = Field(6 * 3600, ge=1, description="activeDeadlineSeconds of a fetch Job.")
     # After a fetch Job failed for good, a new one is made this long after the failure (the user
     # may have fixed the token Secret, which is no spec change).
     fetch_retry_interval_s: float = Field(600.0, gt=0, description="Seconds from a failed fetch Job to the next.")

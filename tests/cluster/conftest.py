@@ -105,6 +105,9 @@ class OperatorUnderTest:
                     "ASCEND_LLM_OPERATOR_STATUS_READ_TIMEOUT_S": "1",
                     "ASCEND_LLM_OPERATOR_RETRY_BACKOFF_BASE_S": "1",
                     "ASCEND_LLM_OPERATOR_DISCOVERY_TTL_S": "5",
+                    # test_model_cache.py: a fetch Job that cannot start fails soon, and is retried soon.
+                    "ASCEND_LLM_OPERATOR_FETCH_DEADLINE_S": "20",
+                    "ASCEND_LLM_OPERATOR_FETCH_RETRY_INTERVAL_S": "3",
                     # The examples' hostPath models, as an administrator would allow them.
                     "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/models,/data/models"})
         env.update(self.env_overrides)

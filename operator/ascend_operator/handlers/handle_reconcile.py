@@ -21,14 +21,16 @@ only differences:
    create pods: no PriorityClass, quota, admission) and the autoscaler's HPA, compute the status,
    post Events for transitions, and patch the status only when it differs from the server's.
 
-The next run is due after ``progress_poll_interval_s`` while a replica starts (its runtime
-phases are not API objects), else after ``resync_interval_s``.
+The next run is due after ``progress_poll_interval_s`` while a replica starts or the model
+downloads (neither shows in API objects), else after ``resync_interval_s``, or sooner when a
+failed fetch Job's retry is due (``handle_cache``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -137,14 +139,23 @@ async def reconcile_key(ctx: OperatorContext, key: str) -> float | None:
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # gone or going: the garbage collector removes the children
     log = logging.LoggerAdapter(logger, {"resource": key})
-    phase = await reconcile(ctx, body, log)
-    if phase is None:
+    done = await reconcile(ctx, body, log)
+    if done is None:
         return None
-    return ctx.settings.resync_interval_s if phase in _SETTLED else ctx.settings.progress_poll_interval_s
+    due = ctx.settings.resync_interval_s if done.phase in _SETTLED else ctx.settings.progress_poll_interval_s
+    return min(due, done.due_s) if done.due_s is not None else due
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass wrote, and when something it waits for is due (a failed fetch Job's retry)."""
+
+    phase: Phase
+    due_s: float | None = None
 
 
 async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
-                    log: logging.Logger | logging.LoggerAdapter[Any]) -> Phase | None:
+                    log: logging.Logger | logging.LoggerAdapter[Any]) -> PassResult | None:
     """Reconcile one resource (see the module docstring); safe to run any number of times.
     Returns the phase written (``None`` for a refused spec)."""
 
@@ -257,4 +268,4 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     await _publish(ctx, body, status)
     if refused is not None:
         raise refused  # retried with backoff; the status already says why
-    return Phase(status["phase"])
+    return PassResult(Phase(status["phase"]), cache.retry_in_s if cache is not None else None)
