@@ -81,13 +81,18 @@ def _cmd_operator_run(args: argparse.Namespace) -> int:
 
     import ascend_operator.main  # noqa: F401  (registers the handlers)
 
+    from ascend_operator.handlers.handle_startup import SETTINGS_KEY
+
     namespaces = args.namespaces or settings.namespaces
     kopf.configure(verbose=args.verbose)
+    # The start-up handler lists what kopf will watch: the same namespaces.
+    memo = kopf.Memo({SETTINGS_KEY: settings.model_copy(update={"namespaces": list(namespaces)})})
     kopf.run(
         standalone=args.standalone or settings.standalone,
         namespaces=namespaces,
         clusterwide=not namespaces,
         liveness_endpoint=args.liveness,
+        memo=memo,
     )
     return EXIT_OK
 

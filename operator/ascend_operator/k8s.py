@@ -40,7 +40,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -310,6 +310,42 @@ class Kube:
             item.setdefault("apiVersion", kind.api_version)
             item.setdefault("kind", kind.kind)
         return items
+
+    async def list_pages(self, kind: ChildKind, namespace: str | None, selector: str,
+                         page: int = 250) -> AsyncIterator[list[dict[str, Any]]]:
+        """Objects of ``kind`` matching ``selector`` in ``namespace`` (None: every namespace), a page
+        at a time (at most ``page`` objects parsed at once); nothing when the kind is not served."""
+
+        if "list" not in API_VERBS.get((kind.group, kind.plural), frozenset()):
+            raise PermissionError(f"list on {kind.plural} is not declared in k8s.API_VERBS")
+        api = self._api(kind.api)
+        if kind.custom:
+            method, args = ((api.list_cluster_custom_object, (kind.group, kind.version, kind.plural))
+                            if namespace is None else
+                            (api.list_namespaced_custom_object, (kind.group, kind.version, namespace, kind.plural)))
+        elif namespace is None:
+            method, args = getattr(api, f"list_{kind.method_suffix}_for_all_namespaces"), ()
+        else:
+            method, args = getattr(api, f"list_namespaced_{kind.method_suffix}"), (namespace,)
+        token: str | None = None
+        while True:
+            extra = {"_continue": token} if token else {}
+            try:
+                response = await self._in_thread(method, *args, label_selector=selector, limit=page,
+                                                 _preload_content=False, **extra)
+            except ApiException as error:
+                if error.status == 404 and kind.custom:
+                    return
+                raise
+            body = json.loads(response.data) if response.data else {}
+            items = body.get("items") or []
+            for item in items:  # list items carry no kind of their own
+                item.setdefault("apiVersion", kind.api_version)
+                item.setdefault("kind", kind.kind)
+            yield items
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return
 
     async def apply(self, kind: ChildKind, child: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply (``dry_run``: validated and admitted, not stored); a refusal of the

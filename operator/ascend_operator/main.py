@@ -23,7 +23,6 @@ import kopf
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.handlers import context, handle_events, handle_startup
 from ascend_operator.k8s import WATCHED_KINDS
-from ascend_operator.watchcache import index_entry, index_id
 
 
 @kopf.on.startup()
@@ -43,25 +42,16 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def resource_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:  # noqa: A002
-    ctx = context(memo)
-    if not ctx.cache.ready:  # kopf passes its indices to every handler, by their ids
-        ctx.cache.attach({kind.kind: kwargs[index_id(kind.plural)] for kind in WATCHED_KINDS})
-    handle_events.resource_event(ctx, type, body)
+async def resource_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
+    handle_events.resource_event(context(memo), type, body)
 
 
 async def _child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
     handle_events.child_event(context(memo), type, body)
 
 
-def _index(body: kopf.Body, **_: Any) -> Any:
-    return index_entry(body)
-
-
 # Children and pods: the API server filters the watches by the resource label (see
-# handle_startup.configure), so only the operator's own objects reach these handlers. The
-# indices are the operator's view of them (ascend_operator.watchcache); kopf calls no handler
-# before every index holds its kind's initial listing.
+# handle_startup.configure), so only the operator's own objects reach these handlers, which keep
+# the operator's view of them (ascend_operator.watchcache) current.
 for _kind in WATCHED_KINDS:
-    kopf.index(_kind.api_version, _kind.plural, id=index_id(_kind.plural))(_index)
     kopf.on.event(_kind.api_version, _kind.plural, id=f"watch-{_kind.plural}")(_child_event)

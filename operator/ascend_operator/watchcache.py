@@ -1,45 +1,30 @@
-"""The children and pods as the watches show them, kept in kopf's indices.
+"""The children and pods of the resources, as the watches and the operator's own writes show them.
 
-``main.py`` registers one kopf index per watched kind (children and pods, filtered by the
-resource label on the server). kopf fills the indices from the initial listing and every event,
-and holds back every handler until all of them are filled, so even the first reconcile after a
+The start-up handler fills the cache with one paged list per watched kind (filtered by the
+resource label on the server) before kopf starts watching, so even the first reconcile after a
 start sees every child and pod: a pass reads no child and no pod from the API server, and a
-restart with everything present writes nothing.
+restart with everything present writes nothing. From then on kopf's watch events and the
+responses to the operator's own applies keep it current; the newer ``resourceVersion`` wins, so
+a late watch event never hides our own write (which a pass would take for drift) and a DELETED
+event removes the object.
 
-An index entry is keyed by ``(namespace, resource label value)`` and holds a slimmed body
+An entry is keyed by kind, namespace and resource label value, and holds a slimmed body
 (:func:`slim`: no ``managedFields``; a pod keeps only what the status reads) as compact JSON:
-parsed objects take about five times the memory of their JSON text, and a pass parses only the few
-objects of its own resource (tests/unit/test_watchcache.py measures both). The operator's own
-apply responses are kept beside the indices until the watch delivers that version or a newer
-one, so a pass that runs in between does not take its own write for drift.
+parsed objects take about five times the memory of their JSON text, and a pass parses only the
+few objects of its own resource (tests/unit/test_watchcache.py measures both).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from ascend_operator.builders.common import RESOURCE_LABEL
 
 #: The parts of a pod's spec the status reads (images, NPU requests, placement).
 _POD_SPEC_KEYS = ("nodeName", "containers")
 _POD_CONTAINER_KEYS = ("name", "image", "resources")
-
-Key = tuple[str, str]
-
-
-class IndexLike(Protocol):
-    """What the cache uses of a kopf index: key -> the values of the objects under it."""
-
-    def __contains__(self, item: object) -> bool: ...
-
-    def __getitem__(self, item: Key) -> Iterable[str]: ...
-
-
-def index_id(plural: str) -> str:
-    """The kopf id of a kind's index; kopf passes each index to handlers as a keyword of this name."""
-    return f"ascend_index_{plural}"
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,17 +49,6 @@ def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def index_entry(body: Mapping[str, Any]) -> dict[Key, str] | None:
-    """What a kind's index keeps of ``body``: ``{(namespace, label value): slim body as JSON}``."""
-
-    meta = body.get("metadata") or {}
-    value = (meta.get("labels") or {}).get(RESOURCE_LABEL)
-    namespace = meta.get("namespace")
-    if not value or not namespace:
-        return None
-    return {(namespace, value): json.dumps(slim(body), separators=(",", ":"), ensure_ascii=False)}
-
-
 def _version(body: Mapping[str, Any]) -> int:
     try:
         return int((body.get("metadata") or {}).get("resourceVersion") or 0)
@@ -87,68 +61,63 @@ def matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
 
 
 class WatchCache:
-    """Children and pods of one resource by kind, from the indices and the operator's own writes."""
+    """Children and pods by kind and resource, newest ``resourceVersion`` kept."""
 
     def __init__(self) -> None:
-        #: kind (``Deployment``, ``Pod``...) -> its kopf index; set from the first handler call.
-        self._indices: dict[str, IndexLike] = {}
-        #: (kind, namespace, name) -> the body the last apply returned, until the watch catches up.
-        self._applied: dict[tuple[str, str, str], dict[str, Any]] = {}
+        #: (kind, namespace, label value) -> name -> (resourceVersion, slim body as JSON).
+        self._groups: dict[tuple[str, str, str], dict[str, tuple[int, str]]] = {}
+        #: (kind, namespace, name) -> label value, to find an object by name.
+        self._labels: dict[tuple[str, str, str], str] = {}
 
-    @property
-    def ready(self) -> bool:
-        return bool(self._indices)
+    def __len__(self) -> int:
+        return len(self._labels)
 
-    def attach(self, indices: Mapping[str, IndexLike]) -> None:
-        """Use ``indices`` (kind -> kopf index); kopf keeps them current from then on."""
-        self._indices = dict(indices)
+    def put(self, body: Mapping[str, Any]) -> bool:
+        """Keep ``body`` (a watch event's or an apply's) unless a newer version is kept; ``False``
+        when it was not kept (older, or not labelled for a resource)."""
 
-    def _indexed(self, kind: str, namespace: str, label: str) -> list[dict[str, Any]]:
-        index = self._indices.get(kind)
-        if index is None or (namespace, label) not in index:
-            return []
-        return [json.loads(text) for text in index[namespace, label]]
+        meta = body.get("metadata") or {}
+        label = (meta.get("labels") or {}).get(RESOURCE_LABEL)
+        kind, namespace, name = body.get("kind"), meta.get("namespace"), meta.get("name")
+        if not (label and kind and namespace and name):
+            return False
+        version = _version(body)
+        old_label = self._labels.get((kind, namespace, name))
+        if old_label is not None:
+            old = self._groups.get((kind, namespace, old_label), {}).get(name)
+            if old is not None and version and old[0] > version:
+                return False
+            if old_label != label:  # relabelled: it belongs to another resource now
+                self.remove(kind, namespace, name)
+        text = json.dumps(slim(body), separators=(",", ":"), ensure_ascii=False)
+        self._groups.setdefault((kind, namespace, label), {})[name] = (version, text)
+        self._labels[kind, namespace, name] = label
+        return True
+
+    def remove(self, kind: str, namespace: str, name: str) -> None:
+        """The object is gone (its DELETED event, or our own delete)."""
+
+        label = self._labels.pop((kind, namespace, name), None)
+        if label is None:
+            return
+        group = self._groups.get((kind, namespace, label), {})
+        group.pop(name, None)
+        if not group:
+            self._groups.pop((kind, namespace, label), None)
 
     def objects(self, kind: str, namespace: str, label: str) -> list[dict[str, Any]]:
-        """Every ``kind`` object labelled for the resource (label value ``label``), newest known."""
-
-        found: dict[str, dict[str, Any]] = {}
-        for body in self._indexed(kind, namespace, label):
-            found[body["metadata"]["name"]] = body
-        for (k, ns, name), body in list(self._applied.items()):
-            if k != kind or ns != namespace:
-                continue
-            if ((body["metadata"].get("labels") or {}).get(RESOURCE_LABEL)) != label:
-                continue
-            seen = found.get(name)
-            if seen is not None and _version(seen) >= _version(body):
-                del self._applied[k, ns, name]  # the watch has caught up
-            else:
-                found[name] = body
-        return list(found.values())
+        """Every ``kind`` object labelled for the resource (label value ``label``)."""
+        return [json.loads(text) for _, text in self._groups.get((kind, namespace, label), {}).values()]
 
     def get(self, kind: str, namespace: str, name: str, label: str) -> dict[str, Any] | None:
-        """The ``kind`` object ``name`` if the watches (or our own write) show it, else ``None``
+        """The ``kind`` object ``name`` if it is labelled for the resource and seen, else ``None``
         (absent, or not labelled for the resource: the caller asks the API server)."""
 
-        for body in self.objects(kind, namespace, label):
-            if body["metadata"]["name"] == name:
-                return body
-        return None
+        entry = self._groups.get((kind, namespace, label), {}).get(name)
+        return json.loads(entry[1]) if entry is not None else None
 
     def pods(self, namespace: str, label: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
         """The resource's pods whose labels match ``selector`` (equality only)."""
 
-        return [pod for pod in self._indexed("Pod", namespace, label)
+        return [pod for pod in self.objects("Pod", namespace, label)
                 if matches(pod["metadata"].get("labels") or {}, selector)]
-
-    def applied(self, body: Mapping[str, Any]) -> None:
-        """Remember the server's answer to an apply until the watch delivers it."""
-
-        meta = body.get("metadata") or {}
-        if body.get("kind") in self._indices and (meta.get("labels") or {}).get(RESOURCE_LABEL):
-            self._applied[body["kind"], meta["namespace"], meta["name"]] = slim(body)
-
-    def forget(self, kind: str, namespace: str, name: str) -> None:
-        """The object is gone (deleted by us, or its DELETED event came)."""
-        self._applied.pop((kind, namespace, name), None)

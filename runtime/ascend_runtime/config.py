@@ -22,6 +22,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+#: libyaml's safe dumper where PyYAML has it (the same text as yaml.safe_dump, about five times
+#: faster: the operator renders a config on every reconcile pass).
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 #: The schema version this runtime writes and reads.
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -477,7 +481,7 @@ class AdapterSet(_Model):
         ]
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json", by_alias=True), sort_keys=False)
+        return yaml.dump(self.model_dump(mode="json", by_alias=True), Dumper=_DUMPER, sort_keys=False)
 
 
 def parse_adapter_set(data: Any, source: str = "adapters") -> AdapterSet:
@@ -556,9 +560,8 @@ class EngineConfig(_Model):
         return self
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(
-            self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False
-        )
+        return yaml.dump(self.model_dump(mode="json", by_alias=True, exclude_none=True), Dumper=_DUMPER,
+                         sort_keys=False)
 
 
 class RuntimePhase(str, enum.Enum):

@@ -68,3 +68,24 @@ def test_child_events_request_their_resource_by_label() -> None:
     child_event(ctx, "MODIFIED", {"metadata": {"namespace": "other", "labels": {"llm.ascend.dev/deployment": "qwen"}}})
     child_event(ctx, "MODIFIED", {"metadata": {"namespace": "llm", "labels": {}}})
     assert queue.requests == [("llm/qwen", CHILD_DEBOUNCE_S)]
+
+
+def child(kind: str, version: str, generation: int, healthy: int) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"name": "qwen", "namespace": "llm", "resourceVersion": version,
+                                       "generation": generation, "labels": {"llm.ascend.dev/deployment": "qwen"}},
+            "status": {"currentHealthy": healthy}}
+
+
+def test_a_status_only_change_of_a_child_whose_status_is_unread_asks_for_nothing() -> None:
+    ctx, queue = context()
+    ctx.store.put(body("1"))
+    child_event(ctx, None, child("PodDisruptionBudget", "10", 1, 0))  # listed: reconcile
+    child_event(ctx, "MODIFIED", child("PodDisruptionBudget", "11", 1, 1))  # a pod became healthy
+    assert len(queue.requests) == 1
+    child_event(ctx, "MODIFIED", child("PodDisruptionBudget", "12", 2, 1))  # someone edited its spec
+    child_event(ctx, "MODIFIED", child("Deployment", "13", 1, 0))
+    child_event(ctx, "MODIFIED", child("Deployment", "14", 1, 1))  # a workload's status is read
+    assert len(queue.requests) == 4
+    child_event(ctx, "MODIFIED", child("Deployment", "12", 1, 0))  # older than the one held
+    child_event(ctx, "DELETED", child("PodDisruptionBudget", "15", 2, 1))
+    assert len(queue.requests) == 5 and ctx.cache.get("PodDisruptionBudget", "llm", "qwen", "qwen") is None

@@ -7,7 +7,7 @@ import tracemalloc
 from typing import Any
 
 from ascend_operator.builders.common import RESOURCE_LABEL
-from ascend_operator.watchcache import WatchCache, index_entry, slim
+from ascend_operator.watchcache import WatchCache, slim
 
 NS = "llm"
 
@@ -18,23 +18,6 @@ def obj(kind: str, name: str, rv: int, label: str | None = "tiny", **extra: Any)
             "metadata": {"name": name, "namespace": NS, "resourceVersion": str(rv), "labels": labels,
                          "managedFields": [{"manager": "kubectl"}]},
             **extra}
-
-
-class FakeIndex(dict):  # what WatchCache uses of kopf.Index: key -> iterable of values
-    def put(self, body: dict[str, Any]) -> None:
-        (key, value), = index_entry(body).items()
-        self.setdefault(key, [])
-        self[key] = [v for v in self[key] if json.loads(v)["metadata"]["name"] != body["metadata"]["name"]] + [value]
-
-    def drop(self, body: dict[str, Any]) -> None:
-        (key, _), = index_entry(body).items()
-        self[key] = [v for v in self[key] if json.loads(v)["metadata"]["name"] != body["metadata"]["name"]]
-
-
-def cache_with(**indices: FakeIndex) -> WatchCache:
-    cache = WatchCache()
-    cache.attach(indices)
-    return cache
 
 
 def test_slim_drops_managed_fields_and_keeps_a_childs_spec_whole() -> None:
@@ -56,55 +39,55 @@ def test_slim_keeps_of_a_pod_only_what_the_status_reads() -> None:
     assert slim(pod)["status"] == {"phase": "Running"}
 
 
-def test_index_entry_keys_by_namespace_and_label_and_skips_unlabelled_objects() -> None:
-    assert list(index_entry(obj("ConfigMap", "tiny", 1))) == [(NS, "tiny")]
-    assert index_entry(obj("ConfigMap", "other", 1, label=None)) is None
+def test_only_objects_labelled_for_a_resource_are_kept() -> None:
+    cache = WatchCache()
+    assert cache.put(obj("ConfigMap", "tiny", 1))
+    assert not cache.put(obj("ConfigMap", "other", 1, label=None))
+    assert len(cache) == 1
 
 
-def test_get_finds_by_name_and_misses_what_the_watch_does_not_show() -> None:
-    index = FakeIndex()
-    index.put(obj("Service", "tiny", 1))
-    index.put(obj("Service", "tiny-runtime", 1))
-    cache = cache_with(Service=index)
+def test_get_finds_by_name_and_misses_what_the_cache_does_not_hold() -> None:
+    cache = WatchCache()
+    cache.put(obj("Service", "tiny", 1))
+    cache.put(obj("Service", "tiny-runtime", 1))
     assert cache.get("Service", NS, "tiny-runtime", "tiny")["metadata"]["name"] == "tiny-runtime"
+    assert "managedFields" not in cache.get("Service", NS, "tiny", "tiny")["metadata"]
     assert cache.get("Service", NS, "nope", "tiny") is None
-    assert cache.get("ConfigMap", NS, "tiny", "tiny") is None  # a kind without an index
+    assert cache.get("ConfigMap", NS, "tiny", "tiny") is None
     assert cache.get("Service", "other-ns", "tiny", "tiny") is None
+    assert cache.get("Service", NS, "tiny", "another-resource") is None
 
 
-def test_an_applied_object_is_seen_until_the_watch_delivers_that_version_or_a_newer_one() -> None:
-    index = FakeIndex()
-    cache = cache_with(Deployment=index)
-    index.put(obj("Deployment", "tiny", 5, spec={"replicas": 1}))
-    cache.applied(obj("Deployment", "tiny", 7, spec={"replicas": 3}))
-    assert cache.get("Deployment", NS, "tiny", "tiny")["spec"] == {"replicas": 3}  # the watch lags
-    index.put(obj("Deployment", "tiny", 9, spec={"replicas": 4}))  # someone scaled it after us
+def test_the_newer_version_wins_and_a_deletion_removes() -> None:
+    cache = WatchCache()
+    cache.put(obj("Deployment", "tiny", 5, spec={"replicas": 1}))
+    assert cache.put(obj("Deployment", "tiny", 7, spec={"replicas": 3}))  # our apply's answer
+    assert not cache.put(obj("Deployment", "tiny", 6, spec={"replicas": 2}))  # a late watch event
+    assert cache.get("Deployment", NS, "tiny", "tiny")["spec"] == {"replicas": 3}
+    assert cache.put(obj("Deployment", "tiny", 9, spec={"replicas": 4}))  # someone scaled it after us
     assert cache.get("Deployment", NS, "tiny", "tiny")["spec"] == {"replicas": 4}
-    index.drop(obj("Deployment", "tiny", 9))  # then deleted: our old answer does not come back
-    assert cache.get("Deployment", NS, "tiny", "tiny") is None
+    cache.remove("Deployment", NS, "tiny")
+    assert cache.get("Deployment", NS, "tiny", "tiny") is None and len(cache) == 0
 
 
-def test_a_created_object_counts_before_its_first_event_and_not_after_its_deletion() -> None:
-    index = FakeIndex()
-    cache = cache_with(ConfigMap=index)
-    cache.applied(obj("ConfigMap", "tiny", 3))
-    assert [o["metadata"]["name"] for o in cache.objects("ConfigMap", NS, "tiny")] == ["tiny"]
-    cache.forget("ConfigMap", NS, "tiny")  # its DELETED event (or our own delete)
-    assert cache.objects("ConfigMap", NS, "tiny") == []
+def test_a_relabelled_object_moves_to_its_new_resource() -> None:
+    cache = WatchCache()
+    cache.put(obj("ConfigMap", "cm", 1, label="a"))
+    cache.put(obj("ConfigMap", "cm", 2, label="b"))
+    assert cache.objects("ConfigMap", NS, "a") == [] and len(cache.objects("ConfigMap", NS, "b")) == 1
 
 
 def test_pods_are_matched_by_the_selector() -> None:
-    index = FakeIndex()
+    cache = WatchCache()
     engine = obj("Pod", "tiny-1", 1)
     engine["metadata"]["labels"]["component"] = "engine"
-    index.put(engine)
-    index.put(obj("Pod", "tiny-fetch", 1))
-    cache = cache_with(Pod=index)
+    cache.put(engine)
+    cache.put(obj("Pod", "tiny-fetch", 1))
     assert [p["metadata"]["name"] for p in cache.pods(NS, "tiny", {"component": "engine"})] == ["tiny-1"]
     assert len(cache.pods(NS, "tiny", {})) == 2
 
 
-def test_an_index_entry_takes_a_fraction_of_the_memory_of_the_parsed_body() -> None:
+def test_an_entry_takes_a_fraction_of_the_memory_of_the_parsed_body() -> None:
     # A Deployment as the builders make it (the live one only adds server defaults).
     from ascend_operator.api import parse_spec
     from ascend_operator.builders import BuildMeta, build_children
@@ -112,16 +95,22 @@ def test_an_index_entry_takes_a_fraction_of_the_memory_of_the_parsed_body() -> N
 
     spec = parse_spec({"platform": "CPU", "model": {"hostPath": {"path": "/models/tiny"}}})
     deployment = build_children(BuildMeta("tiny", NS), spec, OperatorSettings()).workload
+    deployment["metadata"]["resourceVersion"] = "1"
     text = json.dumps(deployment)
 
     def traced(make: Any) -> int:
         tracemalloc.start()
-        kept = [make() for _ in range(50)]
+        kept = [make(n) for n in range(50)]
         size = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
         assert len(kept) == 50
         return size
 
-    entries = traced(lambda: index_entry(deployment))
-    parsed = traced(lambda: json.loads(text))
+    def cached(n: int) -> WatchCache:
+        cache = WatchCache()
+        cache.put(deployment)
+        return cache
+
+    entries = traced(cached)
+    parsed = traced(lambda n: json.loads(text))
     assert entries * 4 < parsed, (entries, parsed)

@@ -76,7 +76,7 @@ async def observe(ctx: OperatorContext, name: str, namespace: str, label: str, p
         waited = (now - state.failed_at).total_seconds()
         retry_in = max(0.0, ctx.settings.fetch_retry_interval_s - waited)
         if retry_in == 0.0 and await ctx.kube.delete(JOB, namespace, job_name):
-            ctx.cache.forget(JOB.kind, namespace, job_name)
+            ctx.cache.remove(JOB.kind, namespace, job_name)
             logger.info("%s/%s: deleted the failed fetch Job %s; the next pass makes a new one",
                         namespace, name, job_name)
             state = JobState(FetchPhase.PENDING, state.reason, f"retrying after: {state.message}")

@@ -5,9 +5,10 @@
   ``DELETED`` forgets it: the children carry owner references and the garbage collector removes
   them, so nothing has to run before the object goes (and no finalizer holds it).
 - An event of a child or pod (label ``llm.ascend.dev/deployment``, filtered by the API server)
-  requests the reconcile of the resource it belongs to, after :data:`CHILD_DEBOUNCE_S`, so a
-  rollout's burst of pod events costs one reconcile: drift is repaired and status follows within
-  about a second.
+  updates the watch cache and requests the reconcile of the resource it belongs to, after
+  :data:`CHILD_DEBOUNCE_S`, so a rollout's burst of pod events costs one reconcile: drift is
+  repaired and status follows within about a second. Status-only changes of children whose status
+  the reconcile does not read (:data:`STATUS_UNREAD`) request nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from ascend_operator.store import key_of
 
 #: Seconds to wait after a child or pod event before reconciling (merges bursts).
 CHILD_DEBOUNCE_S = 0.5
+#: Children whose status the reconcile never reads: an event that changes only their status
+#: (same generation, labels, annotations and owners) triggers no reconcile. A PodDisruptionBudget's
+#: status moves with every pod; a ScaledObject's with KEDA's every poll.
+STATUS_UNREAD = frozenset({"PodDisruptionBudget", "ScaledObject"})
 
 
 def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str, Any]) -> None:
@@ -41,14 +46,30 @@ def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[s
     ctx.work.request(key)
 
 
+def _status_only(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether ``new`` differs from ``old`` only where the operator reads nothing (its status)."""
+    if old is None:
+        return False
+    before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    return all(before.get(key) == after.get(key) for key in ("generation", "labels", "annotations",
+                                                            "ownerReferences", "deletionTimestamp"))
+
+
 def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str, Any]) -> None:
     meta = body.get("metadata") or {}
     value = (meta.get("labels") or {}).get(RESOURCE_LABEL)
     namespace = meta.get("namespace")
+    kind, name = body.get("kind") or "", meta.get("name") or ""
     if not value or not namespace:
         return
     if event_type == "DELETED":
-        ctx.cache.forget(body.get("kind") or "", namespace, meta.get("name") or "")
+        ctx.cache.remove(kind, namespace, name)
+    else:
+        old = ctx.cache.get(kind, namespace, name, value) if kind in STATUS_UNREAD else None
+        if not ctx.cache.put(body) and kind and name:
+            return  # older than what the cache holds (our own write's answer came first)
+        if event_type is not None and _status_only(old, body):
+            return  # e.g. a PodDisruptionBudget counting pods: nothing to reconcile
     key = ctx.store.key_for_label(namespace, value)
     if key is not None:
         ctx.work.request(key, CHILD_DEBOUNCE_S)

@@ -222,8 +222,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                     break  # pods could not mount the cache: nothing after it is made
                 continue
             if result.outcome != Outcome.UNCHANGED:
-                if result.live is not None:
-                    ctx.cache.applied(result.live)
+                if result.live is not None and child is not children.cache_claim:  # claims are not watched
+                    ctx.cache.put(result.live)
                 log.info("%s/%s: %s %s %s %s", namespace, name, result.outcome.value, result.kind, result.name,
                          result.detail)
             if result.kind == workload_kind:
@@ -236,7 +236,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                 keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
                 present = ctx.cache.objects(kind.kind, namespace, label)
                 for gone in await ctx.kube.prune(kind, namespace, present, uid, keep):
-                    ctx.cache.forget(kind.kind, namespace, gone)
+                    ctx.cache.remove(kind.kind, namespace, gone)
                     log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
 
     if plan is not None and cache is None:  # no Job, or the pass stopped before it

@@ -1,5 +1,6 @@
 """Operator start-up: kopf's settings, the operator settings (loaded once), the API connection,
-the resource store and the work queue that runs the reconciles.
+the resource store, the watch cache (filled by one list per kind before kopf watches) and the
+work queue that runs the reconciles.
 
 The operator settings come from the environment (:func:`ascend_operator.settings.load_settings`),
 or from kopf's operator memo under :data:`SETTINGS_KEY` when the embedding code (the tests) put
@@ -8,6 +9,7 @@ them there. Whichever runs first, login or start-up, loads them and stores them 
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import os
 from typing import Any
@@ -115,6 +117,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
                       backoff_max_s=ops.retry_backoff_max_s),
     )
     memo[MEMO_KEY] = ctx
+    await prefill(ctx, logger)
     if elect:
         ctx.queue.pause()  # a standby keeps its store current and reconciles nothing
 
@@ -127,6 +130,37 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         LeaderElector(ctx.kube.api_client, ops.lease_name, own_namespace(ops.lease_namespace), lead, timing).start()
     logger.info("ascend-llm operator configured: resync every %ss, leader election %s",
                 ops.resync_interval_s, "on" if elect else "off (standalone)")
+
+
+def _listed_namespaces(patterns: list[str]) -> list[str | None]:
+    """Where to list: each watched namespace by name, or every namespace (None) when the operator
+    watches the whole cluster or a pattern (kopf's globs)."""
+    if not patterns or any(set(p) & set("*?[!") for p in patterns):
+        return [None]
+    return list(patterns)
+
+
+async def prefill(ctx: OperatorContext, logger: logging.Logger) -> None:
+    """Fill the watch cache with every child and pod before kopf watches (a paged list per kind
+    and namespace), so the first passes after a start see them all and write nothing. A list that
+    fails leaves its part to the watches (a pass then reads a missing child from the API)."""
+
+    patterns = ctx.settings.namespaces
+    wanted = _listed_namespaces(patterns)
+    for kind in WATCHED_KINDS:
+        for namespace in wanted:
+            try:
+                async for items in ctx.kube.list_pages(kind, namespace, RESOURCE_LABEL):
+                    for item in items:
+                        item_ns = (item.get("metadata") or {}).get("namespace") or ""
+                        if namespace is None and patterns and not any(fnmatch.fnmatchcase(item_ns, p)
+                                                                      for p in patterns):
+                            continue
+                        ctx.cache.put(item)
+            except Exception as error:  # noqa: BLE001  (the watches fill in what a list missed)
+                logger.warning("listing %s%s at start-up failed (%s); the watches will fill them in",
+                               kind.plural, f" in {namespace}" if namespace else "", error)
+    logger.info("watch cache filled: %d children and pods", len(ctx.cache))
 
 
 def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,
