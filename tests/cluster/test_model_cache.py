@@ -86,7 +86,7 @@ def status_of(api: Any, namespace: str, name: str) -> dict[str, Any]:
     return get(api, namespace, name).get("status") or {}
 
 
-def test_pods_wait_for_the_download_and_the_claim_outlives_the_resource(
+def test_pods_wait_for_the_download_a_new_revision_too_and_the_claim_outlives_the_resource(
         api: Any, operator: Any, namespace: str, volume: Any) -> None:
     block_pods(api, namespace)
     create(api, namespace, "qwen", {**CPU, "model": {**HUB, "cache": {
@@ -113,7 +113,20 @@ def test_pods_wait_for_the_download_and_the_claim_outlives_the_resource(
     wait_for("ModelCached True", lambda: condition(get(api, namespace, "qwen"), "ModelCached").get("status")
              == "True")
 
+    # A new revision: the running pods keep the old one until the new one is cached.
     import kubernetes
+    block_pods(api, namespace)
+    template = made.spec.template.metadata.annotations
+    kubernetes.client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"model": {"revision": "v2"}}})
+    wait_for("ModelCached Downloading for v2", lambda: "@v2" in condition(
+        get(api, namespace, "qwen"), "ModelCached").get("message", ""))
+    assert deployment(api, namespace, "qwen").spec.template.metadata.annotations == template
+    unblock_pods(api, namespace)
+    wait_for("the Deployment rolled to v2", lambda: deployment(
+        api, namespace, "qwen").spec.template.metadata.annotations != template)
+
+
     kubernetes.client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "qwen")
     wait_for("the Job and the Deployment garbage-collected",
              lambda: not jobs(api, namespace) and deployment(api, namespace, "qwen") is None)
