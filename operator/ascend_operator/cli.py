@@ -144,7 +144,8 @@ def served_api_versions(values: list[str]) -> frozenset[str]:
 def render_children(resource: dict[str, Any], namespace: str | None = None,
                     served: frozenset[str] = frozenset({"v1"})) -> list[dict[str, Any]]:
     """The children of one resource as the operator would apply them, minus owner references,
-    on a cluster that serves the group/versions ``served`` (which autoscaler, if any)."""
+    on a cluster that serves the group/versions ``served`` (which autoscaler, if any); the model
+    cache's claim first (the workload is applied only once its fetch Job completed)."""
 
     meta = resource["metadata"]
     spec = parse_spec(resource.get("spec") or {})
@@ -153,7 +154,8 @@ def render_children(resource: dict[str, Any], namespace: str | None = None,
     choice = choose_autoscaler(spec, settings, served)
     build_meta = BuildMeta(meta["name"], target, meta.get("generation"), annotations=dict(meta.get("annotations") or {}))
     children = build_children(build_meta, spec, settings, autoscaler=choice.kind)
-    return children.objects()
+    claim = [children.cache_claim] if children.cache_claim is not None else []  # applied first
+    return [*claim, *children.objects()]
 
 
 class _ManifestDumper(yaml.SafeDumper):

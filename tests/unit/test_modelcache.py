@@ -241,3 +241,14 @@ def test_the_plan_knows_which_way_the_cache_is_filled() -> None:
     assert not plan({"claimName": "c"}, {"pvc": {"claimName": "w"}}).by_job
     assert fetch_job_name("qwen", plan({"claimName": "c"})).startswith("qwen-fetch-")
     assert cache_status(observation(FetchPhase.PENDING))["phase"] == "Pending"
+
+
+def test_render_prints_the_claim_and_the_fetch_job() -> None:
+    from ascend_operator.cli import render_children
+
+    resource = {"apiVersion": "llm.ascend.dev/v1alpha1", "kind": "AscendLLMDeployment",
+                "metadata": {"name": "qwen"},
+                "spec": {"model": {**HF, "cache": {"create": {"size": "100Gi"}}}}}
+    kinds = [o["kind"] for o in render_children(resource, "llm")]
+    assert kinds[:3] == ["PersistentVolumeClaim", "ConfigMap", "Job"]
+    assert "Deployment" in kinds
