@@ -429,6 +429,10 @@ class ModelCacheSpec(_Spec):
         return "create" if self.create is not None else "claimName" if self.claim_name is not None else "hostPath"
 
 
+#: A branch, tag or commit as the hubs name them (and the model cache can lay out on disk).
+REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
+
+
 class ModelSpec(_Spec):
     """The model to serve: exactly one source, plus how it is served."""
 
@@ -438,9 +442,12 @@ class ModelSpec(_Spec):
     model_scope: HubSource | None = Field(
         None, description="Download from ModelScope by repository id (sets VLLM_USE_MODELSCOPE=true)."
     )
-    revision: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = Field(
+    revision: Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=REVISION_PATTERN)] | None = Field(
         None,
-        description="Model revision (branch, tag or commit) for hub sources. Default: the hub's default branch.",
+        description=(
+            "Model revision (branch, tag or commit) for hub sources: letters, digits, '.', '_', '-' and '/', "
+            "starting with a letter or digit, no '..'. Default: the hub's default branch."
+        ),
     )
     served_name: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = Field(
         None, description="Name clients use in the OpenAI API. Default: the hub id or the resource name."
@@ -1277,6 +1284,12 @@ SPEC_RULES.update(
                 message="set exactly one model source: pvc, hostPath, huggingFace or modelScope",
                 field_path="",
                 holds=lambda m: len(m.sources()) == 1,
+            ),
+            SpecRule(
+                cel="!has(self.revision) || !self.revision.contains('..')",
+                message="revision must not contain '..'; name a branch, tag or commit",
+                field_path=".revision",
+                holds=lambda m: m.revision is None or ".." not in m.revision,
             ),
             SpecRule(
                 cel="!has(self.tokenSecretRef) || has(self.huggingFace) || has(self.modelScope)",

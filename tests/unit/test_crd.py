@@ -356,6 +356,7 @@ RULE_CASES = {
     "token without hub": {"model": {"hostPath": {"path": "/m"}, "tokenSecretRef": {"name": "s", "key": "k"}}},
     "token with hub": {"model": {**HF, "tokenSecretRef": {"name": "s", "key": "k"}}},
     "cache claim": {"model": {**HF, "cache": {"claimName": "c"}}},
+    "revision with dots": {"model": {**HF, "revision": "v1..2"}},
     "cache two places": {"model": {**HF, "cache": {"claimName": "c", "hostPath": "/data/cache"}}},
     "cache nowhere": {"model": {**HF, "cache": {"compileCache": True}}},
     "cpu plain": {"model": HF, "platform": "CPU", "engine": {"kvCacheSpaceGiB": 2}},

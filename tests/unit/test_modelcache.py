@@ -252,3 +252,9 @@ def test_render_prints_the_claim_and_the_fetch_job() -> None:
     kinds = [o["kind"] for o in render_children(resource, "llm")]
     assert kinds[:3] == ["PersistentVolumeClaim", "ConfigMap", "Job"]
     assert "Deployment" in kinds
+
+
+def test_a_repo_id_the_cache_cannot_lay_out_is_a_spec_error_naming_the_fields() -> None:
+    spec = parse_spec({"model": {"huggingFace": {"id": "org/-bad"}, "cache": {"claimName": "c"}}})
+    with pytest.raises(SpecError, match="spec.model.huggingFace.id"):
+        plan_cache("qwen", spec, SETTINGS)

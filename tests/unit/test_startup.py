@@ -52,3 +52,20 @@ def test_lease_timings_the_election_would_refuse_stop_the_start_with_their_names
 
     with pytest.raises(SettingsError, match="ASCEND_LLM_OPERATOR_LEASE_"):
         load_settings(env)
+
+
+def test_idle_kopf_workers_exit_soon_so_a_start_up_listing_does_not_keep_every_body() -> None:
+    from ascend_operator.handlers.handle_startup import WORKER_IDLE_S
+
+    settings = kopf.OperatorSettings()
+    default = settings.queueing.idle_timeout
+    tune_kopf(settings, OperatorSettings())
+    assert settings.queueing.idle_timeout == WORKER_IDLE_S < default
+
+
+def test_the_start_up_listing_covers_the_watched_namespaces() -> None:
+    from ascend_operator.handlers.handle_startup import _listed_namespaces
+
+    assert _listed_namespaces([]) == [None]  # the whole cluster
+    assert _listed_namespaces(["llm", "team-b"]) == ["llm", "team-b"]
+    assert _listed_namespaces(["op-*"]) == [None]  # a pattern: every namespace, filtered

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ascend_runtime.cachelayout import PERMANENT_EXIT_CODES, FetchRequest, Hub
+from pydantic import ValidationError
 
-from ascend_operator.api import AscendLLMDeploymentSpec, ModelCacheSpec
+from ascend_operator.api import AscendLLMDeploymentSpec, ModelCacheSpec, SpecError
 from ascend_operator.builders.common import common_labels, content_hash, with_spec_hash
 from ascend_operator.names import safe_name
 from ascend_operator.settings import OperatorSettings
@@ -66,7 +67,8 @@ def cache_claim_name(name: str) -> str:
 
 
 def plan_cache(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> CachePlan | None:
-    """The cache plan of resource ``name``, or None without ``spec.model.cache``."""
+    """The cache plan of resource ``name``, or None without ``spec.model.cache``; raises
+    :class:`SpecError` for a repo id or revision the cache cannot lay out on disk."""
 
     model = spec.model
     cache = model.cache
@@ -78,11 +80,16 @@ def plan_cache(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSetti
     if hub is not None:
         source = model.hugging_face or model.model_scope
         assert source is not None
-        request = FetchRequest(
-            hub=hub, repo_id=source.id, revision=model.revision, cache_root=CACHE_DIR,
-            trust_remote_code=model.trust_remote_code,
-            endpoint=settings.hf_endpoint if hub is Hub.HUGGINGFACE else settings.modelscope_domain,
-        )
+        field = "huggingFace" if hub is Hub.HUGGINGFACE else "modelScope"
+        try:
+            request = FetchRequest(
+                hub=hub, repo_id=source.id, revision=model.revision, cache_root=CACHE_DIR,
+                trust_remote_code=model.trust_remote_code,
+                endpoint=settings.hf_endpoint if hub is Hub.HUGGINGFACE else settings.modelscope_domain,
+            )
+        except ValidationError as error:  # what the cache cannot lay out on disk
+            raise SpecError([(f"spec.model.{field}.id / spec.model.revision",
+                              "; ".join(e["msg"] for e in error.errors()))]) from error
     return CachePlan(cache=cache, claim_name=claim, request=request)
 
 

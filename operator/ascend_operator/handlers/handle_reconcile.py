@@ -168,6 +168,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     try:
         spec = parse_spec(body.get("spec") or {})
         enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
+        plan_cache(name, spec, ctx.settings)  # a repo id or revision the cache cannot store
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))

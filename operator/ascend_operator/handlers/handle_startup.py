@@ -44,6 +44,8 @@ WATCH_CLIENT_TIMEOUT_S = WATCH_SERVER_TIMEOUT_S + 30
 CONNECT_TIMEOUT_S = 30
 #: One API request (not a watch); kopf retries with backoff after it.
 REQUEST_TIMEOUT_S = 60
+#: Seconds an idle kopf worker (one per watched object) lives on (kopf's default: 5).
+WORKER_IDLE_S = 0.5
 
 
 def operator_settings(memo: Any) -> OperatorSettings:
@@ -82,6 +84,10 @@ def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> bool:
     settings.watching.client_timeout = WATCH_CLIENT_TIMEOUT_S
     settings.watching.connect_timeout = CONNECT_TIMEOUT_S
     settings.networking.request_timeout = REQUEST_TIMEOUT_S
+    # kopf keeps a worker per object, holding the object's last event, until it has been idle
+    # this long; at start-up every object is listed at once, so the default 5 s keeps thousands
+    # of bodies alive together. A worker is cheap to make again for the object's next event.
+    settings.queueing.idle_timeout = WORKER_IDLE_S
     # Children and pods are watched by their resource label, filtered by the API server: the
     # operator never sees (nor holds in memory) another workload's pods or ConfigMaps.
     for kind in WATCHED_KINDS:
