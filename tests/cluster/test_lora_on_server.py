@@ -2,8 +2,8 @@
 adapters ConfigMap follows the spec, and an adapter added on a volume already mounted changes
 only that ConfigMap (the Deployment's pod template, and so its pods, stay as they are).
 
-kwok runs no engine, so adapters are never loaded here; status.lora from runtime states is
-covered in tests/unit/test_lora_operator.py.
+kwok runs no engine, so adapters are never loaded here (status.lora reports no replica);
+status.lora from runtime states is covered in tests/unit/test_lora_operator.py.
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def test_adapters_on_a_mounted_claim_change_the_configmap_and_roll_no_pods(
     wait_for("chat in the ConfigMap", lambda: adapter_names(api, namespace, "lora") == ["sql", "chat"])
     wait_for("the status of generation 2",
              lambda: (get(api, namespace, "lora").get("status") or {}).get("observedGeneration") == 2)
+    # kwok runs no runtime: no replica reports, and the server keeps status.lora as written.
+    assert get(api, namespace, "lora")["status"]["lora"] == {"replicas": 0, "adapters": [
+        {"name": "sql", "loaded": 0, "failed": 0}, {"name": "chat", "loaded": 0, "failed": 0}]}
     after = deployment(api, namespace, "lora")
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
     assert after["spec"]["template"] == before["spec"]["template"]

@@ -73,10 +73,14 @@ def lora_enabled(spec: AscendLLMDeploymentSpec) -> bool:
     return spec.lora is not None and spec.lora.enabled
 
 
+def _adapters(spec: AscendLLMDeploymentSpec) -> list[LoraAdapterSpec]:
+    return spec.lora.adapters if spec.lora is not None and spec.lora.enabled else []
+
+
 def adapter_set(spec: AscendLLMDeploymentSpec) -> AdapterSet:
     """The runtime's adapter set: each adapter's directory inside its volume's mount."""
     adapters = []
-    for adapter in spec.lora.adapters if lora_enabled(spec) and spec.lora else ():
+    for adapter in _adapters(spec):
         volume, sub_path = _volume_and_dir(adapter)
         path = f"{volume.mount_path}/{sub_path}" if sub_path else volume.mount_path
         adapters.append(Adapter(name=adapter.name, path=path))
@@ -86,9 +90,7 @@ def adapter_set(spec: AscendLLMDeploymentSpec) -> AdapterSet:
 def adapter_volumes(spec: AscendLLMDeploymentSpec) -> list[AdapterVolume]:
     """The distinct volumes the adapters are on, sorted by name (so the order of the adapters
     in the spec never changes the pod template)."""
-    if not lora_enabled(spec) or spec.lora is None:
-        return []
-    volumes = {_volume_and_dir(adapter)[0] for adapter in spec.lora.adapters}
+    volumes = {_volume_and_dir(adapter)[0] for adapter in _adapters(spec)}
     return sorted(volumes, key=lambda volume: volume.name)
 
 
