@@ -16,6 +16,7 @@ rolls the pods.
 
 from __future__ import annotations
 
+import enum
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -33,26 +34,30 @@ COMPONENT_ADAPTERS = "adapters"
 ADAPTERS_SUBDIR = posixpath.basename(posixpath.dirname(DEFAULT_ADAPTERS_PATH))
 
 
+class VolumeKind(str, enum.Enum):
+    PVC = "pvc"
+    HOST_PATH = "hostPath"
+
+
 @dataclass(frozen=True)
 class AdapterVolume:
     """One volume holding adapters: a PVC or a node directory, mounted once."""
 
-    #: ``pvc`` or ``hostPath``.
-    kind: str
+    kind: VolumeKind
     #: The claim's name or the node directory.
     source: str
 
     @property
     def name(self) -> str:
         """The pod volume's name: stable for the same source wherever it is listed."""
-        return f"lora-{content_hash([self.kind, self.source])[:10]}"
+        return f"lora-{content_hash([self.kind.value, self.source])[:10]}"
 
     @property
     def mount_path(self) -> str:
         return f"{ADAPTERS_MOUNT_ROOT}/{self.name}"
 
     def volume(self) -> dict[str, Any]:
-        if self.kind == "pvc":
+        if self.kind == VolumeKind.PVC:
             return {"name": self.name, "persistentVolumeClaim": {"claimName": self.source, "readOnly": True}}
         return {"name": self.name, "hostPath": {"path": self.source, "type": "Directory"}}
 
@@ -63,9 +68,9 @@ class AdapterVolume:
 def _volume_and_dir(adapter: LoraAdapterSpec) -> tuple[AdapterVolume, str | None]:
     source = adapter.source
     if source.pvc is not None:
-        return AdapterVolume("pvc", source.pvc.claim_name), source.pvc.sub_path
+        return AdapterVolume(VolumeKind.PVC, source.pvc.claim_name), source.pvc.sub_path
     assert source.host_path is not None  # the model's rule: exactly one source
-    return AdapterVolume("hostPath", source.host_path.path), source.host_path.sub_path
+    return AdapterVolume(VolumeKind.HOST_PATH, source.host_path.path), source.host_path.sub_path
 
 
 def lora_enabled(spec: AscendLLMDeploymentSpec) -> bool:
