@@ -16,7 +16,8 @@ CEL with ``celpy`` on the same cases to prove that both sides agree.
 
 ``spec.nodesPerReplica`` / ``spec.distributed`` (replicas spanning several nodes, built as a
 LeaderWorkerSet) and ``spec.autoscaling`` (HPA or KEDA on engine load, scale-to-zero) are
-optional and defaulted, so a spec written before them means what it meant.
+optional and defaulted, so a spec written before them means what it meant; so is ``spec.lora``
+(LoRA adapters served with the base model).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import Annotated, Any, Literal
 
 from ascend_operator.reserved import RESERVED_ENV, RESERVED_FLAGS, ReservedEnv, ReservedFlag
 from ascend_runtime.config import (
+    ADAPTER_NAME_PATTERN,
+    LORA_RANKS,
     Chip,
     EngineOptions,
     GraphMode,
@@ -112,6 +115,13 @@ __all__ = [
     "HostPathSource",
     "HubSource",
     "LeakLimitsSpec",
+    "LoraAdapterSpec",
+    "LoraAdapterStatus",
+    "LoraSpec",
+    "LoraStatus",
+    "AdapterSource",
+    "AdapterPvcSource",
+    "AdapterHostPathSource",
     "ModelSpec",
     "NpuSpec",
     "ParallelismSpec",
@@ -1092,6 +1102,86 @@ class AutoscalingSpec(_Spec):
 
 
 # --------------------------------------------------------------------------------------------
+# spec.lora
+
+#: A relative directory inside a volume: no leading '/', no empty segment, no control characters
+#: ('.' and '..' segments: a CEL rule, RE2 has no look-ahead).
+RELATIVE_DIR_PATTERN = r"^[^/\x00-\x1f]+(/[^/\x00-\x1f]+)*$"
+RelativeDir = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=RELATIVE_DIR_PATTERN)]
+#: The most adapters one resource lists (each a load on every replica; CEL cost stays bounded).
+MAX_ADAPTERS = 128
+
+
+class AdapterPvcSource(_Spec):
+    """A LoRA adapter on a PersistentVolumeClaim: the claim is mounted read-only once, however
+    many adapters it holds."""
+
+    claim_name: DnsSubdomain = Field(description="Name of the PersistentVolumeClaim in the resource's namespace.")
+    sub_path: RelativeDir | None = Field(
+        None, description="The adapter's directory inside the claim (relative). Default: the claim's root."
+    )
+
+
+class AdapterHostPathSource(_Spec):
+    """A LoRA adapter in a directory on the node: ``path`` is mounted read-only once, however many
+    adapters it holds."""
+
+    path: Annotated[str, StringConstraints(min_length=2, max_length=1024, pattern=HOST_PATH_PATTERN)] = Field(
+        description=(
+            "Absolute, normalised directory on the node (no '.' or '..' segment, no '//', no trailing '/'). "
+            "Allowed only under a prefix the administrator lists (operator setting HOST_PATH_PREFIXES)."
+        )
+    )
+    sub_path: RelativeDir | None = Field(
+        None, description="The adapter's directory inside path (relative). Default: path itself."
+    )
+
+
+class AdapterSource(_Spec):
+    """Where one adapter's files (adapter_config.json and weights) are: exactly one of pvc and hostPath."""
+
+    pvc: AdapterPvcSource | None = Field(None, description="A directory on a PersistentVolumeClaim.")
+    host_path: AdapterHostPathSource | None = Field(None, description="A directory on the node.")
+
+
+class LoraAdapterSpec(_Spec):
+    """One LoRA adapter, served next to the base model under its own model name."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=ADAPTER_NAME_PATTERN)] = Field(
+        description=(
+            "The model name clients send for this adapter: 1-128 letters, digits and . _ - /, starting and "
+            "ending with a letter or digit; unique, and not the base model's served name."
+        )
+    )
+    source: AdapterSource = Field(description="Where the adapter's files are.")
+
+
+class LoraSpec(_Spec):
+    """LoRA adapters served with the base model. ``enabled``, ``maxRank``, ``maxLoras`` and
+    ``maxCpuLoras`` are engine flags (a change restarts the pods); ``adapters`` is read by the
+    running pods (a change loads and unloads adapters without a restart, unless it adds or
+    removes a volume)."""
+
+    enabled: bool = Field(True, description="Serve LoRA adapters (--enable-lora). Default: true.")
+    max_rank: int = Field(
+        16,
+        description=(
+            f"The largest adapter rank served (--max-lora-rank): one of {', '.join(map(str, LORA_RANKS))}. "
+            "An adapter of a higher rank fails to load. Default: 16."
+        ),
+    )
+    max_loras: int = Field(1, ge=1, le=256, description="Adapters in one batch (--max-loras). Default: 1.")
+    max_cpu_loras: int | None = Field(
+        None, ge=1, le=1024,
+        description="Adapters kept in host memory (--max-cpu-loras), at least maxLoras. Default: maxLoras.",
+    )
+    adapters: list[LoraAdapterSpec] = Field(
+        default_factory=list, max_length=MAX_ADAPTERS,
+        description="The adapters to serve; clients select one with its name as the model.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # spec
 
 
@@ -1156,6 +1246,9 @@ class AscendLLMDeploymentSpec(_Spec):
         default_factory=ServiceSpec, description="The Service in front of the replicas."
     )
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How pods are replaced on change.")
+    lora: LoraSpec | None = Field(
+        None, description="LoRA adapters served with the base model. Default: none (LoRA off)."
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1182,6 +1275,28 @@ _MIN = f"(has(self.minReplicas) ? self.minReplicas : {DEFAULT_MIN_REPLICAS})"
 _STZ = "(has(self.scaleToZero) && has(self.scaleToZero.enabled) && self.scaleToZero.enabled)"
 _CUSTOM = "(has(self.signal) && self.signal == 'custom')"
 _HPA = "(has(self.provider) && self.provider == 'hpa')"
+
+
+#: The base model's served name as far as the spec says it (the resource name, the last default,
+#: is not visible to CEL: the operator checks that case when it reconciles).
+_SERVED = (
+    "(has(self.model.servedName) ? self.model.servedName : has(self.model.huggingFace) ? "
+    "self.model.huggingFace.id : has(self.model.modelScope) ? self.model.modelScope.id : '')"
+)
+
+
+def _served_name(spec: AscendLLMDeploymentSpec) -> str:
+    """:data:`_SERVED` in Python: ``display_model`` without the resource name."""
+    return display_model(spec, "")
+
+
+def _relative_dir_rule() -> SpecRule:
+    return SpecRule(
+        cel="!has(self.subPath) || !self.subPath.matches('(^|/)\\\\.\\\\.?(/|$)')",
+        message="subPath must stay inside the volume: no '.' or '..' segment; write the directory, for example adapters/sql",
+        field_path=".subPath",
+        holds=lambda source: source.sub_path is None or re.search(r"(^|/)\.\.?(/|$)", source.sub_path) is None,
+    )
 
 
 def _npus(spec: AscendLLMDeploymentSpec) -> int:
@@ -1392,6 +1507,54 @@ SPEC_RULES.update(
                 holds=lambda z: not z.enabled or z.activation_query is not None,
             ),
         ),
+        AdapterPvcSource: (_relative_dir_rule(),),
+        AdapterHostPathSource: (
+            SpecRule(
+                cel="!self.path.matches('/\\\\.\\\\.?(/|$)')",
+                message=(
+                    "hostPath.path must be normalised: no '.' or '..' segment; write the directory "
+                    "itself, for example /data/adapters"
+                ),
+                field_path=".path",
+                holds=lambda h: re.search(r"/\.\.?(/|$)", h.path) is None,
+            ),
+            _relative_dir_rule(),
+        ),
+        AdapterSource: (
+            SpecRule(
+                cel="(has(self.pvc) ? 1 : 0) + (has(self.hostPath) ? 1 : 0) == 1",
+                message="set exactly one adapter source: pvc or hostPath",
+                field_path="",
+                holds=lambda a: (a.pvc is None) != (a.host_path is None),
+            ),
+        ),
+        LoraSpec: (
+            SpecRule(
+                cel=f"!has(self.maxRank) || self.maxRank in [{', '.join(map(str, LORA_RANKS))}]",
+                message=f"maxRank must be a rank vLLM accepts: one of {', '.join(map(str, LORA_RANKS))}",
+                field_path=".maxRank",
+                holds=lambda lora: lora.max_rank in LORA_RANKS,
+            ),
+            SpecRule(
+                cel="!has(self.maxCpuLoras) || self.maxCpuLoras >= (has(self.maxLoras) ? self.maxLoras : 1)",
+                message="maxCpuLoras must be at least maxLoras (vLLM refuses a smaller value); raise maxCpuLoras "
+                "or lower maxLoras",
+                field_path=".maxCpuLoras",
+                holds=lambda lora: lora.max_cpu_loras is None or lora.max_cpu_loras >= lora.max_loras,
+            ),
+            SpecRule(
+                cel="!has(self.enabled) || self.enabled || !has(self.adapters) || size(self.adapters) == 0",
+                message="adapters are served only with LoRA enabled; set enabled true or remove the adapters",
+                field_path=".adapters",
+                holds=lambda lora: lora.enabled or not lora.adapters,
+            ),
+            SpecRule(
+                cel="!has(self.adapters) || self.adapters.all(a, self.adapters.exists_one(b, b.name == a.name))",
+                message="adapter names must be unique (clients select an adapter by its name); rename one of them",
+                field_path=".adapters",
+                holds=lambda lora: len({a.name for a in lora.adapters}) == len(lora.adapters),
+            ),
+        ),
         AscendLLMDeploymentSpec: (
             SpecRule(
                 cel=f"{_IS_CPU} || {_TP} * {_PP} * {_DP} == {_NODES} * {_PER_REPLICA}",
@@ -1485,6 +1648,15 @@ SPEC_RULES.update(
                 message="expert parallel spreads experts over tensor x data NPUs; set parallelism.tensor or data above 1",
                 field_path=".parallelism.expert",
                 holds=lambda s: not s.parallelism.expert or s.parallelism.tensor * s.parallelism.data > 1,
+            ),
+            SpecRule(
+                cel=f"!has(self.lora) || !has(self.lora.adapters) || self.lora.adapters.all(a, a.name != {_SERVED})",
+                message=(
+                    "an adapter is named like the base model (model.servedName, else the hub id); clients could "
+                    "not select the base model; rename the adapter"
+                ),
+                field_path=".lora.adapters",
+                holds=lambda s: s.lora is None or _served_name(s) not in {a.name for a in s.lora.adapters},
             ),
         ),
     }
@@ -1726,6 +1898,27 @@ class ModelCacheStatus(_Status):
     bytes_total: int | None = Field(None, ge=0, description="Bytes to download, from the hub's file listing.")
 
 
+class LoraAdapterStatus(_Status):
+    """One adapter of spec.lora.adapters on the replicas."""
+
+    name: str = Field(description="The adapter's name.")
+    loaded: int = Field(0, ge=0, description="Replicas whose engine serves the adapter.")
+    failed: int = Field(0, ge=0, description="Replicas where its load failed (retried with backoff).")
+    last_error: str | None = Field(None, description="The first failing replica and the engine's message.")
+
+
+class LoraStatus(_Status):
+    """LoRA adapters on the replicas (present while spec.lora is enabled)."""
+
+    replicas: int = Field(0, ge=0, description="Replicas whose runtime reported (the counts are out of these).")
+    adapters: list[LoraAdapterStatus] = Field(
+        default_factory=list, max_length=MAX_ADAPTERS, description="Per adapter, in spec order."
+    )
+    file_error: str | None = Field(
+        None, description="Why a replica cannot use the adapters file (it keeps the last good set)."
+    )
+
+
 class AscendLLMDeploymentStatus(_Status):
     """Observed state, written by the operator through the status subresource."""
 
@@ -1760,6 +1953,7 @@ class AscendLLMDeploymentStatus(_Status):
     model_cache: ModelCacheStatus | None = Field(
         None, description="Where the weights and compile caches are kept, and the download (with spec.model.cache)."
     )
+    lora: LoraStatus | None = Field(None, description="LoRA adapters loaded and failed per replica (with spec.lora).")
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,

@@ -86,6 +86,8 @@ class ChildNames:
     scaled_object: str = ""
     #: The ClusterIP Service of the runtime port (probes' /state, /metrics), apart from the API's.
     runtime_service: str = ""
+    #: The ConfigMap of the LoRA adapter set (apart from the engine config: it changes without a rollout).
+    adapters: str = ""
 
     @classmethod
     def for_resource(cls, name: str) -> ChildNames:
@@ -100,4 +102,5 @@ class ChildNames:
             hpa=base,
             scaled_object=base,
             runtime_service=safe_name(name, "runtime"),
+            adapters=safe_name(name, "adapters"),
         )

@@ -2,7 +2,7 @@
 
 The CRD's schema and CEL rules say what a spec may be on any cluster; these say what this
 cluster's administrator allows (operator settings, Helm values): host path prefixes for
-``model.hostPath`` and ``model.cache.hostPath``, image prefixes, priority classes, scheduler names and toleration keys. A
+``model.hostPath``, ``model.cache.hostPath`` and LoRA adapters' ``hostPath``, image prefixes, priority classes, scheduler names and toleration keys. A
 spec outside them is refused like an invalid spec (condition ``InvalidSpec``, nothing built):
 :func:`enforce_policy` raises :class:`ascend_operator.api.SpecError` whose problems name the
 field and the setting.
@@ -61,6 +61,14 @@ def violations(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> lis
             f"({_shown(settings.host_path_prefixes)}); use create or claimName, or ask the administrator "
             "to allow the directory",
         ))
+    for index, adapter in enumerate(spec.lora.adapters if spec.lora is not None else ()):
+        node = adapter.source.host_path
+        if node is not None and not any(_under(node.path, p) for p in settings.host_path_prefixes):
+            found.append(Violation(
+                f"spec.lora.adapters[{index}].source.hostPath.path", "HOST_PATH_PREFIXES",
+                f"host path {node.path} is not under an allowed prefix "
+                f"({_shown(settings.host_path_prefixes)}); use a pvc, or ask the administrator to allow the directory",
+            ))
     if spec.image is not None and not _allowed(spec.image, settings.allowed_image_prefixes, prefix=True):
         found.append(Violation(
             "spec.image", "ALLOWED_IMAGE_PREFIXES",

@@ -225,7 +225,10 @@ class OperatorSettings(BaseSettings):
     # which give a pod the node's files: none unless the administrator lists a prefix.
     host_path_prefixes: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Directories under which spec.model.hostPath.path may lie; empty: no hostPath model.",
+        description=(
+            "Directories under which spec.model.hostPath.path and spec.lora.adapters[].source.hostPath.path "
+            "may lie; empty: no hostPath model or adapter."
+        ),
     )
     allowed_image_prefixes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: [ANY],

@@ -39,6 +39,9 @@ autoscaler owns ``spec.replicas`` or why it cannot. :func:`transition_events` an
 autoscaler taking over, its scales, and a manual change of ``spec.replicas`` that the autoscaler
 will undo. ``Autoscaling`` and ``WaitingForNPU`` appear once they first apply (a resource that
 never autoscaled or never waited does not carry them) and stay, False, afterwards.
+
+LoRA (``spec.lora`` enabled): ``status.lora`` says per adapter on how many replicas it is loaded
+or failed (:mod:`ascend_operator.lorastatus`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, display_chip, display_model
 from ascend_operator.builders.common import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 from ascend_operator.cachestatus import MODEL_CACHED, CacheObservation, cache_condition, cache_status, describe
+from ascend_operator.lorastatus import lora_events, lora_status
 
 READY = "Ready"
 PROGRESSING = "Progressing"
@@ -733,6 +737,9 @@ def compute_status(
         status["autoscaling"] = autoscaling
     if cache is not None:
         status["modelCache"] = cache_status(cache)
+    lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas])
+    if lora is not None:
+        status["lora"] = lora
     if observation.endpoint:
         status["endpoint"] = observation.endpoint
     return status
@@ -770,11 +777,13 @@ def transition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
     Only transitions produce events, so a resync that changes nothing posts none: a warning
     condition turning True (or its message changing while True, e.g. another pod fell back),
     WaitingForNPU turning True, Progressing turning to ChildConflict or LeaderWorkerSetNotInstalled,
-    Ready turning True (Normal), and the autoscaling ones (:func:`autoscaling_events`).
+    Ready turning True (Normal), the autoscaling ones (:func:`autoscaling_events`) and the LoRA
+    ones (:func:`ascend_operator.lorastatus.lora_events`).
     """
 
     events = _condition_events(previous, new)
     events += autoscaling_events(previous, new)
+    events += lora_events(previous, new)
     return events
 
 

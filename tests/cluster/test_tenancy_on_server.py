@@ -420,6 +420,7 @@ class Pipeline:
     def run(self, index: int, spec: Any) -> None:
         from ascend_operator.api import SpecError, parse_spec
         from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler
+        from ascend_operator.lora import enforce_lora
         from ascend_operator.policy import enforce_policy
 
         self.tally["sent"] += 1
@@ -444,6 +445,7 @@ class Pipeline:
         try:
             parsed = parse_spec(stored)
             enforce_policy(parsed, self.settings)
+            enforce_lora(f"f{index}", parsed, self.settings)
         except SpecError as error:
             assert error.problems and all(path.startswith("spec") for path, _ in error.problems), error
             self.tally["refused by the operator"] += 1
@@ -464,8 +466,8 @@ class Pipeline:
 
         from ascend_operator.k8s import KINDS_BY_NAME, ChildRefused
 
-        for obj in (children.configmap, children.service, children.runtime_service, children.pdb,
-                    children.deployment):
+        for obj in (children.configmap, children.adapters_configmap, children.service, children.runtime_service,
+                    children.pdb, children.deployment):
             if obj is None:
                 continue
             try:  # as the operator sends it (its own Kube.apply), validated but not stored

@@ -301,6 +301,10 @@ RULE_PATHS = {
     api.HostPathSource: ".model.hostPath",
     api.EngineSpec: ".engine",
     api.EnvValueSource: ".engine.envValueFrom{}",
+    api.LoraSpec: ".lora",
+    api.AdapterSource: ".lora.adapters[].source",
+    api.AdapterPvcSource: ".lora.adapters[].source.pvc",
+    api.AdapterHostPathSource: ".lora.adapters[].source.hostPath",
 }
 
 
@@ -478,6 +482,37 @@ RULE_CASES = {
     "env from secret reserved": {"model": HF, "engine": {"envValueFrom": {
         "VLLM_API_KEY": {"secretKeyRef": {"name": "s", "key": "k"}}}}},
     "harmless env": {"model": HF, "engine": {"env": {"HCCL_BUFFSIZE": "512", "ASCEND_LLMX": "1", "MY_POD_IP": "x"}}},
+    # LoRA: each case breaks one rule (a broken adapter stops pydantic before the spec's rules).
+    "lora minimal": {"model": HF, "lora": {}},
+    "lora adapters": {"model": HF, "lora": {"maxRank": 64, "maxLoras": 2, "maxCpuLoras": 4, "adapters": [
+        {"name": "sql", "source": {"pvc": {"claimName": "ad", "subPath": "sql/v1"}}},
+        {"name": "chat", "source": {"hostPath": {"path": "/data/adapters", "subPath": "chat"}}}]}},
+    "lora rank 12": {"model": HF, "lora": {"maxRank": 12}},
+    "lora cpu below device": {"model": HF, "lora": {"maxLoras": 4, "maxCpuLoras": 2}},
+    "lora cpu default device": {"model": HF, "lora": {"maxCpuLoras": 1}},
+    "lora adapters disabled": {"model": HF, "lora": {"enabled": False, "adapters": [
+        {"name": "a", "source": {"pvc": {"claimName": "ad"}}}]}},
+    "lora disabled no adapters": {"model": HF, "lora": {"enabled": False, "adapters": []}},
+    "lora duplicate names": {"model": HF, "lora": {"adapters": [
+        {"name": "a", "source": {"pvc": {"claimName": "ad"}}},
+        {"name": "a", "source": {"pvc": {"claimName": "ad", "subPath": "b"}}}]}},
+    "lora named like hub id": {"model": HF, "lora": {"adapters": [
+        {"name": "Qwen/Qwen2.5-0.5B", "source": {"pvc": {"claimName": "ad"}}}]}},
+    "lora named like served name": {"model": {**HF, "servedName": "qwen"}, "lora": {"adapters": [
+        {"name": "qwen", "source": {"pvc": {"claimName": "ad"}}}]}},
+    "lora named like hub id with served name": {"model": {**HF, "servedName": "qwen"}, "lora": {"adapters": [
+        {"name": "Qwen/Qwen2.5-0.5B", "source": {"pvc": {"claimName": "ad"}}}]}},
+    "lora two sources": {"model": HF, "lora": {"adapters": [{"name": "a", "source": {
+        "pvc": {"claimName": "ad"}, "hostPath": {"path": "/data/adapters"}}}]}},
+    "lora no source": {"model": HF, "lora": {"adapters": [{"name": "a", "source": {}}]}},
+    "lora pvc subPath dotdot": {"model": HF, "lora": {"adapters": [
+        {"name": "a", "source": {"pvc": {"claimName": "ad", "subPath": "x/../../y"}}}]}},
+    "lora hostPath subPath dot": {"model": HF, "lora": {"adapters": [
+        {"name": "a", "source": {"hostPath": {"path": "/data/adapters", "subPath": "./a"}}}]}},
+    "lora hostPath dotdot": {"model": HF, "lora": {"adapters": [
+        {"name": "a", "source": {"hostPath": {"path": "/data/../etc"}}}]}},
+    "lora dotted names": {"model": HF, "lora": {"adapters": [
+        {"name": "a", "source": {"hostPath": {"path": "/data/..a", "subPath": "..b/.c"}}}]}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},

@@ -74,10 +74,11 @@ def test_child_names_for_a_resource() -> None:
         hpa="qwen72b",
         scaled_object="qwen72b",
         runtime_service="qwen72b-runtime",
+        adapters="qwen72b-adapters",
     )
     long = ChildNames.for_resource("x" * 253)
     for name in (long.deployment, long.service, long.configmap, long.pdb, long.hpa, long.scaled_object,
-                 long.runtime_service):
+                 long.runtime_service, long.adapters):
         assert is_dns1035_label(name)
 
 

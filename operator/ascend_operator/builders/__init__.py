@@ -18,6 +18,7 @@ from typing import Any
 from ascend_runtime.config import EngineConfig, GraphMode
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform
+from ascend_operator.builders.adapters import build_adapters_configmap, lora_enabled
 from ascend_operator.builders.autoscaling import (
     AutoscalerChoice,
     AutoscalerKind,
@@ -123,6 +124,8 @@ class Children:
     #: spec.model.cache.create: the claim (owned by the resource only with deleteWithResource).
     cache_claim: dict[str, Any] | None = None
     cache_claim_owned: bool = False
+    #: spec.lora enabled: the ConfigMap of the adapter set (changes load adapters, roll no pods).
+    adapters_configmap: dict[str, Any] | None = None
     #: The Job that fills a claim with a hub model; the workload waits for it to complete.
     fetch_job: dict[str, Any] | None = None
     leaderworkerset: dict[str, Any] | None = None
@@ -144,12 +147,13 @@ class Children:
         return dict(template["metadata"].get("annotations") or {})
 
     def objects(self) -> list[dict[str, Any]]:
-        """All owned children in apply order (the ConfigMap before the pods that mount it; the
+        """All owned children in apply order (the ConfigMaps before the pods that mount them; the
         fetch Job before the workload that waits for it; the autoscaler last, once the workload
         it acts through exists). The cache claim is apart (:attr:`cache_claim`)."""
         optional = (self.hpa, self.scaled_object)
         return [
             self.configmap,
+            *((self.adapters_configmap,) if self.adapters_configmap is not None else ()),
             *((self.fetch_job,) if self.fetch_job is not None else ()),
             self.workload,
             self.service,
@@ -204,6 +208,9 @@ def build_children(
         engine_config=config,
         remembered_key=key,
         configmap=configmap,
+        adapters_configmap=(
+            build_adapters_configmap(meta.name, meta.namespace, names.adapters, spec) if lora_enabled(spec) else None
+        ),
         deployment=None if multinode else build_deployment(*workload_args),
         leaderworkerset=build_leaderworkerset(*workload_args) if multinode else None,
         service=build_service(meta.name, meta.namespace, names.service, spec),

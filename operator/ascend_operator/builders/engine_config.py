@@ -272,12 +272,20 @@ def build_engine_config(
             rpc_port=None if ray else wanted.leader_port,
             ray_port=wanted.leader_port if ray else None,
         )
+    lora: dict[str, Any] = {}
+    if spec.lora is not None and spec.lora.enabled:
+        # Engine flags only: the adapter set is the adapters ConfigMap's, read while serving.
+        lora = _set(
+            {"enabled": True, "max_rank": spec.lora.max_rank, "max_loras": spec.lora.max_loras},
+            max_cpu_loras=spec.lora.max_cpu_loras,
+        )
     plan = plan_cache(name, spec, settings)
     snapshot = plan.model_path if plan is not None else None
     return EngineConfig.model_validate(
         {
             "schema_version": SCHEMA_VERSION,
             **({"distributed": distributed} if distributed else {}),
+            **({"lora": lora} if lora else {}),
             **({"compile_cache": {"root": CACHE_DIR}} if plan is not None and plan.cache.compile_cache else {}),
             "name": name,
             "image": image,

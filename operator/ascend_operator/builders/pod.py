@@ -19,6 +19,9 @@ One container, ``engine``, runs ``ascend-llm run --config /etc/ascend-llm/engine
   SIGKILL never cuts a drain short.
 - The template carries ``llm.ascend.dev/config-hash`` (the ConfigMap's data), so a config
   change rolls the pods.
+- With ``spec.lora``: the adapters ConfigMap's file below the config directory and one read-only
+  mount per adapter volume (:mod:`ascend_operator.builders.adapters`); the adapter set is in
+  neither the template nor its hash.
 
 :func:`build_pod_template` takes the multi-node extras (env, labels, annotations, a larger
 ``/dev/shm``, a scheduler name) as arguments, so the LeaderWorkerSet builder adds to the same
@@ -33,9 +36,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ascend_runtime.config import (
+    ADAPTERS_FILE_KEY,
     ALWAYS_SECRET_ENV,
     CONFIG_FILE_KEY,
     Chip,
+    DEFAULT_ADAPTERS_PATH,
     DEFAULT_CONFIG_PATH,
     DEFAULT_ENGINE_PORT,
     DEFAULT_RUNTIME_PORT,
@@ -44,6 +49,8 @@ from ascend_runtime.config import (
 )
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform
+from ascend_operator.builders.adapters import ADAPTERS_SUBDIR, lora_enabled
+from ascend_operator.builders.adapters import adapter_volumes as adapter_volumes_of
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
 from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, STATE_DIR, startup_budget
 from ascend_operator.builders.modelcache import CachePlan, fetch_container, plan_cache, serving_wiring
@@ -51,6 +58,8 @@ from ascend_operator.names import ChildNames
 from ascend_operator.settings import HostMounts, OperatorSettings
 
 CONFIG_DIR = DEFAULT_CONFIG_PATH.rsplit("/", 1)[0]
+# The adapters file must sit one directory below the config (the projected volume's layout).
+assert DEFAULT_ADAPTERS_PATH == f"{CONFIG_DIR}/{ADAPTERS_SUBDIR}/{ADAPTERS_FILE_KEY}"
 #: vLLM's API key variable (it guards /v1 with it; the runtime's warmup sends it too).
 API_KEY_ENV = "VLLM_API_KEY"
 ENGINE_COMMAND = ["ascend-llm", "run", "--config", DEFAULT_CONFIG_PATH]
@@ -209,6 +218,26 @@ def _engine_env_from(spec: AscendLLMDeploymentSpec) -> list[dict[str, Any]]:
     return env
 
 
+def _config_volume(spec: AscendLLMDeploymentSpec, names: ChildNames) -> dict[str, Any]:
+    """The engine-config volume; with LoRA a projected volume that adds the adapters ConfigMap's
+    file below it (``adapters/adapters.yaml``), so both sit under one mount: no mount nested in
+    a read-only ConfigMap volume, and no ``subPath`` (the kubelet updates the file in place).
+    ``optional``: a pod starts (with no adapters) before that ConfigMap exists."""
+    config_item = {"key": CONFIG_FILE_KEY, "path": CONFIG_FILE_KEY}
+    if not lora_enabled(spec):
+        return {"name": "engine-config", "configMap": {"name": names.configmap, "items": [config_item]}}
+    adapters_item = {"key": ADAPTERS_FILE_KEY, "path": f"{ADAPTERS_SUBDIR}/{ADAPTERS_FILE_KEY}"}
+    return {
+        "name": "engine-config",
+        "projected": {
+            "sources": [
+                {"configMap": {"name": names.configmap, "items": [config_item]}},
+                {"configMap": {"name": names.adapters, "items": [adapters_item], "optional": True}},
+            ]
+        },
+    }
+
+
 def termination_grace_seconds(
     spec: AscendLLMDeploymentSpec, settings: OperatorSettings, config: EngineConfig
 ) -> int:
@@ -260,24 +289,21 @@ def build_pod_template(
         # it always does for ALWAYS_SECRET_ENV (the hub tokens and VLLM_API_KEY).
         env.append({"name": REDACT_ENV, "value": ",".join(secret_names)})
 
+    adapter_volumes = adapter_volumes_of(spec)
     volumes: list[dict[str, Any]] = [
-        {
-            "name": "engine-config",
-            "configMap": {
-                "name": names.configmap,
-                "items": [{"key": CONFIG_FILE_KEY, "path": CONFIG_FILE_KEY}],
-            },
-        },
+        _config_volume(spec, names),
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size or settings.shm_size}},
         # Outlives the container, not the pod: the runtime keeps its ladder position here.
         {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
         *model_volumes,
+        *(volume.volume() for volume in adapter_volumes),
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "runtime-state", "mountPath": STATE_DIR},
         *model_mounts,
+        *(volume.mount() for volume in adapter_volumes),
     ]
     if not cpu and settings.host_mounts == HostMounts.DRIVER:
         for volume_name, path, kind in DRIVER_HOST_PATHS:

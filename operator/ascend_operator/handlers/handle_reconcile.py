@@ -4,7 +4,8 @@ Every trigger (the resource's own watch event, an event of a child or pod, the r
 runs :func:`reconcile_key`, which compares the desired children with the live ones and writes
 only differences:
 
-1. parse the spec; an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
+1. parse the spec and check it against the administrator's policies and the LoRA guard
+   (:mod:`ascend_operator.lora`); an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
    new message), touches no child, and is not retried (the user's next edit is a new event);
 2. ask what the cluster serves (discovery, cached for ``discovery_ttl_s``): it picks the
    autoscaler (``choose_autoscaler``) and says whether a multi-node spec can have its
@@ -56,6 +57,7 @@ from ascend_operator.cachestatus import CacheObservation
 from ascend_operator.handlers import OperatorContext, handle_cache
 from ascend_operator.k8s import CHILD_KINDS, HPA, JOB, ChildRefused, NamespaceTerminating, Outcome
 from ascend_operator.names import label_value
+from ascend_operator.lora import enforce_lora
 from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
     AutoscalingObservation,
@@ -169,6 +171,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         spec = parse_spec(body.get("spec") or {})
         enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
         plan_cache(name, spec, ctx.settings)  # a repo id or revision the cache cannot store
+        enforce_lora(name, spec, ctx.settings)  # what the CRD cannot see: the resource name, the image
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))

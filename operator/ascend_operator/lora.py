@@ -1,0 +1,77 @@
+"""LoRA checks the schema cannot make, run when a resource is reconciled (pure).
+
+- An adapter named like the base model when the served name is the resource name (the CRD's
+  CEL rule sees ``model.servedName`` and the hub id, not ``metadata.name`` from the spec).
+- The runtime's own guard, :func:`ascend_runtime.lora_support.check_lora_support`, on the engine
+  config the operator builds, for the vllm-ascend version the image names in its tag
+  (``...-vllm-ascend-v0.23.0``, as the operator's default images do); an image whose tag names
+  none is not checked here (the runtime still refuses at start-up, exit 2). Its refusals come
+  back with the spec's field names, as :class:`ascend_operator.api.SpecError` problems.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ascend_runtime.lora_support import check_lora_support
+
+from ascend_operator.api import AscendLLMDeploymentSpec, Platform, SpecError, display_model
+from ascend_operator.builders import build_engine_config, resolve_image
+from ascend_operator.builders.adapters import lora_enabled
+from ascend_operator.settings import OperatorSettings
+
+#: The vllm-ascend version in an image tag: ``<tag>-vllm-ascend-v0.23.0[-a3]``.
+_TAG_VERSION = re.compile(r"vllm-ascend-(v?\d+(?:\.\d+)+(?:rc\d+)?)(?:-|$)")
+#: The engine config's field names in the runtime's messages, and the spec's fields they come from.
+_SPEC_FIELDS = {
+    "engine.parallel.tensor": "spec.parallelism.tensor",
+    "engine.parallel.expert": "spec.parallelism.expert",
+    "engine.quantization": "spec.engine.quantization",
+    "lora.enabled": "spec.lora.enabled",
+}
+_CONFIG_FIELD = re.compile(r"(?<![\w.])(" + "|".join(re.escape(key) for key in _SPEC_FIELDS) + r")(?![\w])")
+
+
+def image_vllm_ascend(image: str) -> str | None:
+    """The vllm-ascend version the image's tag names, or None (a digest, or no such part)."""
+    reference = image.split("@", 1)[0]
+    last = reference.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    match = _TAG_VERSION.search(last.split(":", 1)[1])
+    return match.group(1) if match else None
+
+
+def _in_spec_words(message: str) -> tuple[str, str]:
+    """The runtime's message with spec field names, and the field it is about."""
+    fields = [_SPEC_FIELDS[key] for key in _CONFIG_FIELD.findall(message)]
+    about = next((field for field in fields if field != "spec.lora.enabled"), "spec.lora")
+    return about, _CONFIG_FIELD.sub(lambda m: _SPEC_FIELDS[m.group(1)], message)
+
+
+def lora_problems(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[tuple[str, str]]:
+    """``(field, message)`` for each LoRA setting of resource ``name`` the operator refuses."""
+    if not lora_enabled(spec) or spec.lora is None:
+        return []
+    problems: list[tuple[str, str]] = []
+    served = display_model(spec, name)
+    for index, adapter in enumerate(spec.lora.adapters):
+        if adapter.name == served:
+            problems.append((
+                f"spec.lora.adapters[{index}].name",
+                f"adapter name {adapter.name!r} is the base model's served name (here the resource name); "
+                "rename the adapter or set model.servedName",
+            ))
+    image = resolve_image(spec, settings)
+    config = build_engine_config(name, spec, settings, None, image)
+    platform = "cpu" if spec.platform == Platform.CPU else "ascend"
+    support = check_lora_support(config, platform, image_vllm_ascend(image))
+    problems.extend(_in_spec_words(error) for error in support.errors)
+    return problems
+
+
+def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> None:
+    """Raise :class:`SpecError` naming each refused LoRA setting; return when there is none."""
+    problems = lora_problems(name, spec, settings)
+    if problems:
+        raise SpecError(problems)

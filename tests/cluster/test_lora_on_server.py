@@ -1,0 +1,112 @@
+"""spec.lora on a real API server: admission refuses bad adapter lists naming the field, the
+adapters ConfigMap follows the spec, and an adapter added on a volume already mounted changes
+only that ConfigMap (the Deployment's pod template, and so its pods, stay as they are).
+
+kwok runs no engine, so adapters are never loaded here (status.lora reports no replica);
+status.lora from runtime states is covered in tests/unit/test_lora_operator.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+from ascend_operator.api import GROUP, PLURAL, VERSION
+from ascend_runtime.config import ADAPTERS_FILE_KEY, parse_adapter_set
+from conftest import OperatorUnderTest
+from install_harness import wait_for
+from test_operator import SMALL_CPU_SPEC, _clients, condition, create, get, raw
+
+pytestmark = pytest.mark.cluster
+
+
+def adapter(name: str, claim: str = "adapters") -> dict[str, Any]:
+    return {"name": name, "source": {"pvc": {"claimName": claim, "subPath": f"qwen/{name}"}}}
+
+
+def with_lora(**lora: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(SMALL_CPU_SPEC)
+    spec["model"]["servedName"] = "base"
+    spec["lora"] = lora
+    return spec
+
+
+def adapter_names(api: Any, namespace: str, name: str) -> list[str] | None:
+    configmap = raw(api, f"/api/v1/namespaces/{namespace}/configmaps/{name}-adapters")
+    if configmap is None:
+        return None
+    adapters = parse_adapter_set(yaml.safe_load(configmap["data"][ADAPTERS_FILE_KEY]))
+    return [a.name for a in adapters.adapters]
+
+
+def deployment(api: Any, namespace: str, name: str) -> dict[str, Any]:
+    return _clients(api)[1].read_namespaced_deployment(name, namespace).to_dict()
+
+
+def set_adapters(api: Any, namespace: str, name: str, adapters: list[dict[str, Any]] | None) -> None:
+    patch = {"spec": {"lora": {"adapters": adapters}}} if adapters is not None else {"spec": {"lora": None}}
+    _clients(api)[0].patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+
+
+def test_adapters_on_a_mounted_claim_change_the_configmap_and_roll_no_pods(
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
+    create(api, namespace, "lora", with_lora(adapters=[adapter("sql")]))
+    wait_for("the adapters ConfigMap", lambda: adapter_names(api, namespace, "lora") == ["sql"])
+    wait_for("the Deployment", lambda: raw(api, f"/apis/apps/v1/namespaces/{namespace}/deployments/lora"))
+    before = deployment(api, namespace, "lora")
+
+    set_adapters(api, namespace, "lora", [adapter("sql"), adapter("chat")])
+    wait_for("chat in the ConfigMap", lambda: adapter_names(api, namespace, "lora") == ["sql", "chat"])
+    wait_for("the status of generation 2",
+             lambda: (get(api, namespace, "lora").get("status") or {}).get("observedGeneration") == 2)
+    # kwok runs no runtime: no replica reports, and the server keeps status.lora as written.
+    assert get(api, namespace, "lora")["status"]["lora"] == {"replicas": 0, "adapters": [
+        {"name": "sql", "loaded": 0, "failed": 0}, {"name": "chat", "loaded": 0, "failed": 0}]}
+    after = deployment(api, namespace, "lora")
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert after["spec"]["template"] == before["spec"]["template"]
+
+    # An adapter on another claim needs a volume: a new pod template (a rollout).
+    set_adapters(api, namespace, "lora", [adapter("sql"), adapter("chat"), adapter("new", claim="more")])
+    wait_for("a new pod template", lambda: deployment(api, namespace, "lora")["metadata"]["generation"]
+             > before["metadata"]["generation"])
+    claims = [v["persistent_volume_claim"]["claim_name"] for v in deployment(api, namespace, "lora")["spec"][
+        "template"]["spec"]["volumes"] if v.get("persistent_volume_claim")]
+    assert sorted(claims) == ["adapters", "more"]
+
+    # LoRA off: the ConfigMap goes.
+    set_adapters(api, namespace, "lora", None)
+    wait_for("the adapters ConfigMap to go", lambda: adapter_names(api, namespace, "lora") is None)
+
+
+@pytest.mark.parametrize(("lora", "field", "words"), [
+    ({"adapters": [adapter("a"), adapter("a")]}, "spec.lora.adapters", "adapter names must be unique"),
+    ({"adapters": [adapter("base")]}, "spec.lora.adapters", "named like the base model"),
+    ({"maxRank": 12}, "spec.lora.maxRank", "one of 1, 8, 16, 32, 64, 128, 256, 320, 512"),
+    ({"maxRank": 1024}, "spec.lora.maxRank", "a rank vLLM accepts"),
+    ({"maxLoras": 4, "maxCpuLoras": 2}, "spec.lora.maxCpuLoras", "at least maxLoras"),
+    ({"enabled": False, "adapters": [adapter("a")]}, "spec.lora.adapters", "only with LoRA enabled"),
+    ({"adapters": [{"name": "a", "source": {"pvc": {"claimName": "x", "subPath": "../up"}}}]},
+     "spec.lora.adapters[0].source.pvc.subPath", "stay inside the volume"),
+])
+def test_admission_refuses_bad_lora_naming_the_field(
+        api: Any, namespace: str, crds: list[str], lora: dict[str, Any], field: str, words: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as refused:
+        create(api, namespace, "bad", with_lora(**lora))
+    assert refused.value.status == 422
+    assert field in refused.value.body and words in refused.value.body, refused.value.body
+
+
+def test_lora_under_tensor_parallel_on_the_default_image_is_refused_at_reconcile(
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
+    spec = {"model": {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}, "sizeGiB": 1},
+            "npu": {"perReplica": 2}, "parallelism": {"tensor": 2}, "lora": {"adapters": [adapter("sql")]}}
+    create(api, namespace, "tp", spec)
+    refused = wait_for("InvalidSpec", lambda: (c := condition(get(api, namespace, "tp"), "InvalidSpec"))
+                       .get("status") == "True" and c)
+    assert "spec.parallelism.tensor" in refused["message"] and "vllm-ascend v0.23.0" in refused["message"]
+    assert raw(api, f"/apis/apps/v1/namespaces/{namespace}/deployments/tp") is None
