@@ -64,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="A group/version the cluster serves, as the operator learns from discovery "
                              "(repeatable, or comma-separated): keda.sh/v1alpha1 makes an autoscaled "
                              "resource get a ScaledObject, custom.metrics.k8s.io/v1beta2 an HPA on engine "
-                             "metrics; `kubectl api-versions` lists a cluster's. Default: core APIs only.")
+                             "metrics, inference.networking.k8s.io/v1 (and gateway.networking.k8s.io/v1 "
+                             "for the route) the objects of spec.routing; `kubectl api-versions` lists a "
+                             "cluster's. Default: core APIs only.")
     render.set_defaults(func=_cmd_render)
 
 
