@@ -682,9 +682,11 @@ def _routing(observation: RoutingObservation) -> tuple[dict[str, Any], tuple[boo
     accepted = _all([p["accepted"] for p in parents])
     resolved = _all([p["resolvedRefs"] for p in parents])
     missing: dict[str, list[str]] = {}
+    since: dict[str, str] = {}
     for version in observation.vllm_versions:
         for metric in missing_engine_metrics(version):
             missing.setdefault(metric.name, []).append(version)
+            since[metric.name] = metric.since_vllm
     status.update(accepted=accepted, resolvedRefs=resolved, parents=parents, missingMetrics=sorted(missing))
     refused = [p for p in parents if "False" in (p["accepted"], p["resolvedRefs"])]
     if refused:
@@ -694,7 +696,7 @@ def _routing(observation: RoutingObservation) -> tuple[dict[str, Any], tuple[boo
     if missing:
         return status, (False, ENGINE_METRICS_MISSING, "; ".join(
             f"the Endpoint Picker reads {name}, which vLLM {', '.join(sorted(set(versions)))} does not publish "
-            "(its scorer sees no value for these pods); use an image with vLLM 0.10.0 or later"
+            f"(its scorer sees no value for these pods); use an image with vLLM {since[name]} or later"
             for name, versions in sorted(missing.items())))
     if accepted == "True" and resolved == "True":
         gateways = ", ".join(p["gateway"] for p in parents)
@@ -857,7 +859,8 @@ def transition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
     Only transitions produce events, so a resync that changes nothing posts none: a warning
     condition turning True (or its message changing while True, e.g. another pod fell back),
     WaitingForNPU turning True, Progressing turning to ChildConflict or LeaderWorkerSetNotInstalled,
-    Ready turning True (Normal), and the autoscaling ones (:func:`autoscaling_events`).
+    Routing turning to a problem reason (Warning) or to PoolAccepted (Normal), Ready turning True
+    (Normal), and the autoscaling ones (:func:`autoscaling_events`).
     """
 
     events = _condition_events(previous, new)

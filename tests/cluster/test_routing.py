@@ -10,6 +10,7 @@
 - RBAC escalation prevention: a ServiceAccount holding exactly the operator's rules
   (rbac.cluster_role_rules) may create the EPP's Role and RoleBinding; without the delegated
   rules the server refuses the Role.
+- The EPP's pod is admitted in a namespace that enforces the restricted Pod Security level.
 """
 
 from __future__ import annotations
@@ -283,3 +284,19 @@ def test_the_operators_rules_let_it_create_the_epps_role_and_binding_without_esc
     role["metadata"] = {**role["metadata"], "name": "qwen-epp-2"}
     time.sleep(2)  # the new binding is in the authorizer's cache
     assert _apply_as(api, lacking, role) == 403
+
+
+def test_the_endpoint_pickers_pod_is_admitted_under_the_restricted_pod_security_level(
+        api: Any, make_namespace: Any) -> None:
+    from ascend_operator.api import parse_spec
+    from ascend_operator.builders.routing import build_routing
+    from ascend_operator.settings import OperatorSettings
+
+    namespace = make_namespace({"pod-security.kubernetes.io/enforce": "restricted"})
+    (deployment,) = [o for o in build_routing("qwen", namespace, parse_spec(_resource("qwen", {})["spec"]),
+                                              OperatorSettings()) if o["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "epp", "namespace": namespace,
+                                                           "labels": template["metadata"]["labels"]},
+           "spec": {**template["spec"], "serviceAccountName": "default"}}
+    _clients(api)[1].create_namespaced_pod(namespace, pod, dry_run="All")  # refused (403) if not restricted

@@ -125,6 +125,10 @@ def test_the_endpoint_picker_is_the_whole_expected_set() -> None:
     ]
     assert container["readinessProbe"]["grpc"] == {"port": 9003, "service": "inference-extension"}
     assert pod["spec"]["serviceAccountName"] == "qwen-epp"
+    # Non-root, no privilege escalation, no capabilities, RuntimeDefault seccomp (Pod Security restricted).
+    assert pod["spec"]["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532,
+                                              "seccompProfile": {"type": "RuntimeDefault"}}
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
     # The EPP's Service selects the EPP pod only, and the engine's selector never the EPP.
     assert objects["Service"]["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
@@ -302,6 +306,8 @@ def test_missing_apis_and_missing_engine_metrics_are_conditions_with_a_warning()
     condition = get_condition(old_engine, ROUTING)
     assert (condition["status"], condition["reason"]) == ("False", "EngineMetricsMissing")
     assert "vllm:kv_cache_usage_perc" in condition["message"] and "vLLM 0.9.2" in condition["message"]
+    assert "vLLM 0.10.0 or later" in condition["message"] and "0.23.0" not in condition["message"]
+    assert ("Warning", "EngineMetricsMissing", condition["message"]) in transition_events(None, old_engine)
 
 
 def test_routing_turned_off_says_so_and_drops_the_routing_status() -> None:

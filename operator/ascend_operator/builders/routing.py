@@ -28,7 +28,6 @@ metric names the EPP reads an engine version does not publish.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
@@ -355,7 +354,3 @@ def pool_parents(pool: dict[str, Any] | None) -> list[dict[str, Any]]:
         })
     return out
 
-
-def engine_versions(versions: Iterable[str | None]) -> list[str]:
-    """The distinct known vLLM versions, sorted."""
-    return sorted({v for v in versions if v})
