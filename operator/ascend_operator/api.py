@@ -133,6 +133,10 @@ __all__ = [
     "ResourcesSpec",
     "RolloutSpec",
     "RolloutStrategy",
+    "GatewayRef",
+    "RoutingFailureMode",
+    "RoutingProfile",
+    "RoutingSpec",
     "ScaleToZeroSpec",
     "ScalingRulesSpec",
     "ConfigMapKeyRef",
@@ -1101,6 +1105,68 @@ class AutoscalingSpec(_Spec):
         raise ValueError("signal custom has no default target; set spec.autoscaling.target")
 
 
+
+# --------------------------------------------------------------------------------------------
+# spec.routing (prefix-aware routing through the Gateway API Inference Extension)
+
+
+class RoutingProfile(str, enum.Enum):
+    """The Endpoint Picker's scoring profile: which scorers rank the replicas, and their weights."""
+
+    #: Prefix-cache affinity first, then load: queue 2, KV-cache utilisation 2, prefix cache 3
+    #: (the llm-d router chart's default profile).
+    PREFIX_CACHE = "prefixCache"
+    #: Load only: queue 1, KV-cache utilisation 1 (no prefix affinity; for prompts that share nothing).
+    LOAD = "load"
+
+
+class RoutingFailureMode(str, enum.Enum):
+    """What the gateway does when the Endpoint Picker does not answer."""
+
+    FAIL_OPEN = "FailOpen"
+    FAIL_CLOSE = "FailClose"
+
+
+class GatewayRef(_Spec):
+    """The Gateway (gateway.networking.k8s.io/v1) the HTTPRoute attaches to."""
+
+    name: DnsSubdomain = Field(description="Name of the Gateway.")
+    namespace: DnsLabel | None = Field(
+        None, description="Namespace of the Gateway. Default: the resource's namespace."
+    )
+    section_name: DnsSubdomain | None = Field(
+        None, description="A listener of the Gateway (its sectionName). Default: every listener that allows the route."
+    )
+
+
+class RoutingSpec(_Spec):
+    """Prefix-aware routing: an InferencePool over the engine pods, an Endpoint Picker and an HTTPRoute."""
+
+    enabled: bool = Field(
+        True, description="Create the pool, the Endpoint Picker and the route. Default: true."
+    )
+    gateway: GatewayRef | None = Field(
+        None,
+        description=(
+            "The Gateway the HTTPRoute attaches to. Default: the operator settings ROUTING_GATEWAY_NAME "
+            "(and ROUTING_GATEWAY_NAMESPACE); without either no HTTPRoute is made."
+        ),
+    )
+    profile: RoutingProfile = Field(
+        RoutingProfile.PREFIX_CACHE,
+        description=(
+            "prefixCache (prefix-cache 3, queue 2, KV-cache utilisation 2) or load (queue 1, KV-cache "
+            "utilisation 1). Default: prefixCache."
+        ),
+    )
+    failure_mode: RoutingFailureMode = Field(
+        RoutingFailureMode.FAIL_OPEN,
+        description=(
+            "FailOpen (the gateway picks a replica itself when the Endpoint Picker does not answer) or "
+            "FailClose (it refuses the request). Default: FailOpen."
+        ),
+    )
+
 # --------------------------------------------------------------------------------------------
 # spec.lora
 
@@ -1248,6 +1314,12 @@ class AscendLLMDeploymentSpec(_Spec):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, description="How pods are replaced on change.")
     lora: LoraSpec | None = Field(
         None, description="LoRA adapters served with the base model. Default: none (LoRA off)."
+    )
+    routing: RoutingSpec | None = Field(
+        None,
+        description=(
+            "Prefix-aware routing across the replicas (Gateway API Inference Extension). Default: off."
+        ),
     )
 
 
@@ -1919,6 +1991,31 @@ class LoraStatus(_Status):
     )
 
 
+class RoutingParentStatus(_Status):
+    """One Gateway's view of the InferencePool (the pool's status.parents entry)."""
+
+    gateway: str = Field(description="The parent Gateway, namespace/name (or name).")
+    accepted: str = Field(description="Its Accepted condition: True, False or Unknown.")
+    resolved_refs: str = Field(description="Its ResolvedRefs condition: True, False or Unknown.")
+    message: str | None = Field(None, description="The messages of its conditions that are not True.")
+
+
+class RoutingStatus(_Status):
+    """spec.routing: what was made and what the gateways say of the pool."""
+
+    pool: str | None = Field(None, description="The InferencePool.")
+    endpoint_picker: str | None = Field(None, description="The Endpoint Picker's Deployment and Service.")
+    route: str | None = Field(None, description="The HTTPRoute (none without a Gateway).")
+    gateway: str | None = Field(None, description="The Gateway the route attaches to, namespace/name.")
+    accepted: str = Field("Unknown", description="True when every parent accepted the pool, False when one refused it.")
+    resolved_refs: str = Field("Unknown", description="True when every parent resolved the pool's references.")
+    parents: list[RoutingParentStatus] = Field(default_factory=list, description="The pool's status.parents.")
+    missing_metrics: list[str] = Field(
+        default_factory=list,
+        description="Metrics the Endpoint Picker reads that the pods' vLLM version does not publish.",
+    )
+
+
 class AscendLLMDeploymentStatus(_Status):
     """Observed state, written by the operator through the status subresource."""
 
@@ -1954,6 +2051,7 @@ class AscendLLMDeploymentStatus(_Status):
         None, description="Where the weights and compile caches are kept, and the download (with spec.model.cache)."
     )
     lora: LoraStatus | None = Field(None, description="LoRA adapters loaded and failed per replica (with spec.lora).")
+    routing: RoutingStatus | None = Field(None, description="Prefix-aware routing (spec.routing).")
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,

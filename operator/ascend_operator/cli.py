@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import yaml
 
 from ascend_operator.api import API_VERSION, KIND, SpecError, parse_spec
-from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler
+from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler, routing_missing
 from ascend_operator.settings import SettingsError, load_settings
 
 EXIT_OK = 0
@@ -64,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="A group/version the cluster serves, as the operator learns from discovery "
                              "(repeatable, or comma-separated): keda.sh/v1alpha1 makes an autoscaled "
                              "resource get a ScaledObject, custom.metrics.k8s.io/v1beta2 an HPA on engine "
-                             "metrics; `kubectl api-versions` lists a cluster's. Default: core APIs only.")
+                             "metrics, inference.networking.k8s.io/v1 (and gateway.networking.k8s.io/v1 "
+                             "for the route) the objects of spec.routing; `kubectl api-versions` lists a "
+                             "cluster's. Default: core APIs only.")
     render.set_defaults(func=_cmd_render)
 
 
@@ -153,7 +155,8 @@ def render_children(resource: dict[str, Any], namespace: str | None = None,
     settings = load_settings()
     choice = choose_autoscaler(spec, settings, served)
     build_meta = BuildMeta(meta["name"], target, meta.get("generation"), annotations=dict(meta.get("annotations") or {}))
-    children = build_children(build_meta, spec, settings, autoscaler=choice.kind)
+    children = build_children(build_meta, spec, settings, autoscaler=choice.kind,
+                              routing=routing_missing(spec, settings, served) is None)
     claim = [children.cache_claim] if children.cache_claim is not None else []  # applied first
     return [*claim, *children.objects()]
 

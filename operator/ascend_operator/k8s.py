@@ -15,7 +15,7 @@ the API error policy lives in one place:
   quota) is reported as :class:`ChildRefused` with the server's message, which names the field.
 - A child that exists but is not owned by the resource (no owner reference with its uid) is never
   touched: :meth:`Kube.ensure` reports a conflict instead.
-- Custom-resource children (LeaderWorkerSet, KEDA ScaledObject) go through ``CustomObjectsApi``;
+- Custom-resource children (LeaderWorkerSet, KEDA ScaledObject, InferencePool, HTTPRoute) go through ``CustomObjectsApi``;
   listing a kind whose API the cluster does not serve gives no items (nothing of it can exist).
 - 404 on delete is success (already gone). Pod state reads that fail for any reason (no pod IP
   yet, runtime not listening, timeout, malformed answer) give ``None`` ("unknown"), logged at debug.
@@ -108,7 +108,18 @@ JOB = ChildKind("Job", "batch/v1", "jobs", "BatchV1Api", "job")
 PVC = ChildKind("PersistentVolumeClaim", "v1", "persistentvolumeclaims", "CoreV1Api",
                 "persistent_volume_claim")
 
-CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT, JOB)
+# spec.routing (builders/routing.py): the Endpoint Picker's identity and rights, the pool, the route.
+SERVICE_ACCOUNT = ChildKind("ServiceAccount", "v1", "serviceaccounts", "CoreV1Api", "service_account")
+ROLE = ChildKind("Role", "rbac.authorization.k8s.io/v1", "roles", "RbacAuthorizationV1Api", "role")
+ROLE_BINDING = ChildKind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings", "RbacAuthorizationV1Api",
+                         "role_binding")
+INFERENCE_POOL = ChildKind("InferencePool", "inference.networking.k8s.io/v1", "inferencepools", "CustomObjectsApi",
+                           "custom_object")
+HTTP_ROUTE = ChildKind("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes", "CustomObjectsApi",
+                       "custom_object")
+
+CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT, JOB,
+                      SERVICE_ACCOUNT, ROLE, ROLE_BINDING, INFERENCE_POOL, HTTP_ROUTE)
 KINDS_BY_NAME: Final = {kind.kind: kind for kind in (*CHILD_KINDS, POD, PVC)}
 #: Watched (by kopf, filtered by the resource label): every child kind and the pods.
 WATCHED_KINDS: Final = (*CHILD_KINDS, POD)
@@ -239,7 +250,7 @@ class Kube:
         self._apis: dict[str, Any] = {
             name: getattr(kubernetes.client, name)(api_client)
             for name in ("CoreV1Api", "AppsV1Api", "BatchV1Api", "PolicyV1Api", "AutoscalingV2Api",
-                         "CustomObjectsApi", "ApisApi")
+                         "RbacAuthorizationV1Api", "CustomObjectsApi", "ApisApi")
         }
         #: (monotonic time of the read, the served group/versions) of the last discovery.
         self._served: tuple[float, frozenset[str]] | None = None

@@ -40,6 +40,10 @@ class Rule:
     leader_election: bool = False
     #: Needed only when the operator reads pod /state through the pod proxy (setting STATE_READ proxy).
     pod_proxy: bool = False
+    #: Never called: held so the operator may create the Endpoint Picker's Role, which grants it
+    #: (the API server refuses a Role granting more than its creator holds: RBAC escalation
+    #: prevention). With these the operator needs neither ``escalate`` nor ``bind``.
+    delegated: bool = False
 
     def as_policy_rule(self) -> dict[str, Any]:
         """The rule as a Kubernetes ``PolicyRule`` dict."""
@@ -71,6 +75,12 @@ OPERATOR_RULES: tuple[Rule, ...] = (
     Rule(("autoscaling",), ("horizontalpodautoscalers",), ("watch",), "Framework: watching the HPAs"),
     Rule(("keda.sh",), ("scaledobjects",), ("watch",), "Framework: watching the KEDA ScaledObjects"),
     Rule(("batch",), ("jobs",), ("watch",), "Framework: watching the model cache's fetch Jobs"),
+    Rule(("",), ("serviceaccounts",), ("watch",), "Framework: watching the Endpoint Pickers' ServiceAccounts"),
+    Rule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), ("watch",),
+         "Framework: watching the Endpoint Pickers' Roles and RoleBindings"),
+    Rule(("inference.networking.k8s.io",), ("inferencepools",), ("watch",),
+         "Framework: watching the InferencePools (their status.parents feed status.routing)"),
+    Rule(("gateway.networking.k8s.io",), ("httproutes",), ("watch",), "Framework: watching the HTTPRoutes"),
     # ---------------------------------------------------------------- application (k8s.py)
     Rule((GROUP,), (f"{PLURAL}/status",), ("patch",),
          "Application: writing the computed status (Kube.patch_status)"),
@@ -96,7 +106,24 @@ OPERATOR_RULES: tuple[Rule, ...] = (
     Rule(("",), ("persistentvolumeclaims",), ("get", "create", "patch"),
          "Application: the model cache's claim (spec.model.cache.create): read, server-side apply; "
          "never deleted by the operator"),
+    Rule(("",), ("serviceaccounts",), ("get", "list", "create", "patch", "delete"),
+         "Application: the Endpoint Picker's ServiceAccount (spec.routing): read, server-side apply, prune"),
+    Rule(("rbac.authorization.k8s.io",), ("roles", "rolebindings"), ("get", "list", "create", "patch", "delete"),
+         "Application: the Endpoint Picker's Role and RoleBinding in the resource's namespace (spec.routing): "
+         "read, server-side apply, prune"),
+    Rule(("inference.networking.k8s.io",), ("inferencepools",), ("get", "list", "create", "patch", "delete"),
+         "Application: the InferencePool (spec.routing): read, server-side apply, prune; get, list and watch "
+         "are also what the Endpoint Picker's Role grants"),
+    Rule(("gateway.networking.k8s.io",), ("httproutes",), ("get", "list", "create", "patch", "delete"),
+         "Application: the HTTPRoute (spec.routing): read, server-side apply, prune"),
     Rule(("",), ("pods",), ("list",), "Application: the engine pods, for the status (Kube.list_pods)"),
+    Rule(("",), ("pods",), ("get",),
+         "Application: never called; held because the Endpoint Picker's Role grants pods get, list and watch "
+         "(a Role may grant only what its creator holds: RBAC escalation prevention)", delegated=True),
+    Rule(("inference.networking.x-k8s.io", "llm-d.ai"), ("inferenceobjectives", "inferencemodelrewrites"),
+         ("get", "list", "watch"),
+         "Application: never called; held because the Endpoint Picker's Role grants them (it watches these "
+         "kinds; RBAC escalation prevention), so the operator needs no escalate or bind", delegated=True),
     Rule(("",), ("pods/proxy",), ("get",),
          "Application: each runtime's GET /state through the pod proxy (Kube.read_state), only when "
          "the operator runs outside the cluster (STATE_READ proxy); in a pod it reads the pod IP",

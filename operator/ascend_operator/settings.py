@@ -219,6 +219,20 @@ class OperatorSettings(BaseSettings):
         "vllm_kv_cache_usage_perc", description="Custom-metrics API name of KV cache usage per pod."
     )
 
+    # --- Prefix-aware routing (spec.routing) -------------------------------------------
+    # Pinned to a release: the EPP's flags and config format change between releases, and the
+    # builders render those of this one (llm-d router v0.10.0).
+    epp_image: str = Field(
+        "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0",
+        description="Endpoint Picker image of spec.routing (the llm-d router's EPP, v0.10.0 flags and config).",
+    )
+    routing_gateway_name: str | None = Field(
+        None, description="Gateway the HTTPRoutes attach to when spec.routing.gateway is unset; None: no route."
+    )
+    routing_gateway_namespace: str | None = Field(
+        None, description="Namespace of ROUTING_GATEWAY_NAME; None: the resource's namespace."
+    )
+
     # --- Multi-tenant policies (what a resource may ask for) --------------------------
     # Each list is what a spec may use; "*" allows anything. The defaults keep a one-team
     # cluster working (any image, priority class, scheduler, toleration) except host paths,

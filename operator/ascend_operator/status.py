@@ -57,6 +57,7 @@ from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, display_chip, display_model
 from ascend_operator.builders.common import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
+from ascend_operator.builders.routing import missing_engine_metrics, pool_parents
 from ascend_operator.cachestatus import MODEL_CACHED, CacheObservation, cache_condition, cache_status, describe
 from ascend_operator.lorastatus import lora_events, lora_status
 
@@ -65,12 +66,14 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 WAITING_FOR_NPU = "WaitingForNPU"
 AUTOSCALING = "Autoscaling"
+#: spec.routing: the pool, the Endpoint Picker and the route, and what the gateways say.
+ROUTING = "Routing"
 GRAPH_MODE_FALLBACK = "GraphModeFallback"
 LEAK_SUSPECTED = "LeakSuspected"
 INVALID_SPEC = "InvalidSpec"
 #: The order conditions appear in (``kubectl describe`` shows them as listed).
-CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, WAITING_FOR_NPU, MODEL_CACHED, AUTOSCALING, GRAPH_MODE_FALLBACK,
-                   LEAK_SUSPECTED, INVALID_SPEC)
+CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, WAITING_FOR_NPU, MODEL_CACHED, AUTOSCALING, ROUTING,
+                   GRAPH_MODE_FALLBACK, LEAK_SUSPECTED, INVALID_SPEC)
 
 #: Progressing reasons that stop the reconcile from making the workload (Warning Event each).
 CHILD_CONFLICT = "ChildConflict"
@@ -130,6 +133,21 @@ class AutoscalingObservation:
 
 
 @dataclass(frozen=True)
+class RoutingObservation:
+    """spec.routing as the reconcile made it: ``missing`` says which API the cluster lacks (then
+    nothing was made); ``pool`` is the live InferencePool (its ``status.parents``);
+    ``vllm_versions`` the engine versions the pods report."""
+
+    pool_name: str
+    epp_name: str
+    route_name: str | None
+    gateway: str | None
+    missing: str | None = None
+    pool: Mapping[str, Any] | None = None
+    vllm_versions: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the reconcile saw of one resource, besides its spec.
 
@@ -163,6 +181,8 @@ class Observation:
     workload: Mapping[str, Any] | None = None
     #: spec.model.cache: the claim and the download (ascend_operator.cachestatus).
     cache: CacheObservation | None = None
+    #: None while spec.routing is off.
+    routing: RoutingObservation | None = None
 
 
 @dataclass(frozen=True)
@@ -633,6 +653,67 @@ def _autoscaling(spec: AscendLLMDeploymentSpec,
     ))
 
 
+ROUTING_APIS_MISSING = "RoutingAPIsMissing"
+ROUTING_DISABLED = "RoutingDisabled"
+POOL_NOT_ACCEPTED = "PoolNotAccepted"
+ENGINE_METRICS_MISSING = "EngineMetricsMissing"
+AWAITING_GATEWAY = "AwaitingGateway"
+POOL_ACCEPTED = "PoolAccepted"
+#: Routing reasons that announce themselves with a Warning Event when they appear or change.
+_ROUTING_WARNINGS = frozenset({ROUTING_APIS_MISSING, POOL_NOT_ACCEPTED, ENGINE_METRICS_MISSING})
+
+
+def _all(values: list[str]) -> str:
+    if not values:
+        return "Unknown"
+    if "False" in values:
+        return "False"
+    return "True" if all(v == "True" for v in values) else "Unknown"
+
+
+def _routing(observation: RoutingObservation) -> tuple[dict[str, Any], tuple[bool, str, str]]:
+    """``status.routing`` and the Routing condition (see the README's Prefix-aware routing)."""
+
+    status: dict[str, Any] = {"pool": observation.pool_name, "endpointPicker": observation.epp_name}
+    if observation.route_name:
+        status["route"] = observation.route_name
+    if observation.gateway:
+        status["gateway"] = observation.gateway
+    if observation.missing:
+        status.update(accepted="Unknown", resolvedRefs="Unknown", parents=[], missingMetrics=[])
+        return status, (False, ROUTING_APIS_MISSING, observation.missing)
+    parents = pool_parents(dict(observation.pool) if observation.pool is not None else None)
+    accepted = _all([p["accepted"] for p in parents])
+    resolved = _all([p["resolvedRefs"] for p in parents])
+    missing: dict[str, list[str]] = {}
+    since: dict[str, str] = {}
+    for version in observation.vllm_versions:
+        for metric in missing_engine_metrics(version):
+            missing.setdefault(metric.name, []).append(version)
+            since[metric.name] = metric.since_vllm
+    status.update(accepted=accepted, resolvedRefs=resolved, parents=parents, missingMetrics=sorted(missing))
+    refused = [p for p in parents if "False" in (p["accepted"], p["resolvedRefs"])]
+    if refused:
+        return status, (False, POOL_NOT_ACCEPTED, "; ".join(
+            f"Gateway {p['gateway']}: Accepted {p['accepted']}, ResolvedRefs {p['resolvedRefs']}"
+            + (f" ({p['message']})" if p.get("message") else "") for p in refused))
+    if missing:
+        return status, (False, ENGINE_METRICS_MISSING, "; ".join(
+            f"the Endpoint Picker reads {name}, which vLLM {', '.join(sorted(set(versions)))} does not publish "
+            f"(its scorer sees no value for these pods); use an image with vLLM {since[name]} or later"
+            for name, versions in sorted(missing.items())))
+    if accepted == "True" and resolved == "True":
+        gateways = ", ".join(p["gateway"] for p in parents)
+        return status, (True, POOL_ACCEPTED, f"InferencePool {observation.pool_name} accepted by {gateways}")
+    if observation.route_name is None:
+        return status, (False, AWAITING_GATEWAY, (
+            f"InferencePool {observation.pool_name} and Endpoint Picker {observation.epp_name} made; no Gateway "
+            "is set (spec.routing.gateway or the setting ROUTING_GATEWAY_NAME), so no HTTPRoute sends traffic to it"))
+    return status, (False, AWAITING_GATEWAY, (
+        f"HTTPRoute {observation.route_name} sends {observation.gateway} traffic to InferencePool "
+        f"{observation.pool_name}; no gateway has reported on the pool yet (its status.parents is empty)"))
+
+
 def compute_status(
     spec: AscendLLMDeploymentSpec,
     observation: Observation,
@@ -711,6 +792,12 @@ def compute_status(
             "autoscaling is off; spec.replicas (kubectl scale) sets the replicas")
     if cache is not None:
         put(MODEL_CACHED, *cache_condition(cache))
+    routing: dict[str, Any] | None = None
+    if observation.routing is not None:
+        routing, routing_condition = _routing(observation.routing)
+        put(ROUTING, *routing_condition)
+    elif get_condition(previous, ROUTING):
+        put(ROUTING, False, ROUTING_DISABLED, "spec.routing is off; no InferencePool, Endpoint Picker or HTTPRoute")
     put(GRAPH_MODE_FALLBACK, *_fallback_condition(replicas))
     put(LEAK_SUSPECTED, *_leak_condition(replicas))
     put(INVALID_SPEC, False, "Valid", "the spec is valid")
@@ -740,6 +827,8 @@ def compute_status(
     lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas])
     if lora is not None:
         status["lora"] = lora
+    if routing is not None:
+        status["routing"] = routing
     if observation.endpoint:
         status["endpoint"] = observation.endpoint
     return status
@@ -777,8 +866,9 @@ def transition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
     Only transitions produce events, so a resync that changes nothing posts none: a warning
     condition turning True (or its message changing while True, e.g. another pod fell back),
     WaitingForNPU turning True, Progressing turning to ChildConflict or LeaderWorkerSetNotInstalled,
-    Ready turning True (Normal), the autoscaling ones (:func:`autoscaling_events`) and the LoRA
-    ones (:func:`ascend_operator.lorastatus.lora_events`).
+    Routing turning to a problem reason (Warning) or to PoolAccepted (Normal), Ready turning True
+    (Normal), the autoscaling ones (:func:`autoscaling_events`) and the LoRA ones
+    (:func:`ascend_operator.lorastatus.lora_events`).
     """
 
     events = _condition_events(previous, new)
@@ -793,6 +883,14 @@ def _condition_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]
     npu_after = get_condition(new, WAITING_FOR_NPU) or {}
     if npu_after.get("status") == "True" and npu_before != "True":
         events.append(("Warning", WAITING_FOR_NPU, npu_after["message"]))
+    routing_before = get_condition(previous, ROUTING) or {}
+    routing_after = get_condition(new, ROUTING) or {}
+    if routing_after and (routing_before.get("status"), routing_before.get("reason"), routing_before.get("message")) != (
+            routing_after["status"], routing_after["reason"], routing_after["message"]):
+        if routing_after["reason"] in _ROUTING_WARNINGS:
+            events.append(("Warning", routing_after["reason"], routing_after["message"]))
+        elif routing_after["status"] == "True" and routing_before.get("status") != "True":
+            events.append(("Normal", POOL_ACCEPTED, routing_after["message"]))
     for type_ in (*_WARN_WHEN_TRUE, PROGRESSING, READY):
         before = get_condition(previous, type_) or {}
         after = get_condition(new, type_)

@@ -37,11 +37,36 @@ def test_every_rule_says_who_needs_it() -> None:
 def test_application_rules_grant_exactly_the_verbs_k8s_py_uses() -> None:
     granted: dict[tuple[str, str], set[str]] = defaultdict(set)
     for rule in OPERATOR_RULES:
-        if rule.comment.startswith("Application:"):
+        if rule.comment.startswith("Application:") and not rule.delegated:
             for group in rule.api_groups:
                 for resource in rule.resources:
                     granted[(group, resource)].update(rule.verbs)
     assert dict(granted) == {key: set(verbs) for key, verbs in k8s.API_VERBS.items()}
+
+
+def _holds(rules: list[dict], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+
+def test_the_operator_holds_every_right_the_endpoint_pickers_role_grants_and_no_delegated_one_more() -> None:
+    # The API server refuses a Role granting more than its creator holds (RBAC escalation
+    # prevention): the operator must hold all of the EPP's Role, in every scope it runs in.
+    from ascend_operator.builders.routing import EPP_ROLE_RULES
+
+    wanted = {(g, res, v) for r in EPP_ROLE_RULES for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]}
+    for rules in (cluster_role_rules(), namespaced_rules()):
+        missing = [w for w in wanted if not _holds(rules, *w)]
+        assert not missing, missing
+    # Each delegated verb is needed: the operator holds it for the Role and for nothing else.
+    for rule in OPERATOR_RULES:
+        if rule.delegated:
+            for group in rule.api_groups:
+                for resource in rule.resources:
+                    for verb in rule.verbs:
+                        assert (group, resource, verb) in wanted, (group, resource, verb)
+                        assert verb not in k8s.API_VERBS.get((group, resource), frozenset())
+    # No escalate or bind anywhere.
+    assert not any(v in ("escalate", "bind") for rule in OPERATOR_RULES for v in rule.verbs)
 
 
 def test_every_verb_k8s_py_calls_is_declared_and_every_declared_verb_is_called() -> None:

@@ -47,6 +47,7 @@ from ascend_operator.builders.engine_config import (
 from ascend_operator.builders.leaderworkerset import build_leaderworkerset, lws_missing
 from ascend_operator.builders.modelcache import build_cache_claim, build_fetch_job, plan_cache
 from ascend_operator.builders.pdb import build_pdb
+from ascend_operator.builders.routing import build_routing, routing_missing
 from ascend_operator.builders.service import build_runtime_service, build_service, endpoint_url
 from ascend_operator.names import ChildNames
 from ascend_operator.settings import OperatorSettings
@@ -72,6 +73,7 @@ __all__ = [
     "lws_missing",
     "remembered_mode_key",
     "resolve_image",
+    "routing_missing",
     "scale_selector_string",
     "selector_labels",
     "selector_string",
@@ -132,6 +134,9 @@ class Children:
     hpa: dict[str, Any] | None = None
     scaled_object: dict[str, Any] | None = None
     scale_selector: str = ""
+    #: spec.routing: the EPP's ServiceAccount, Role, RoleBinding, ConfigMap, Deployment and
+    #: Service, the InferencePool and the HTTPRoute (builders/routing.py), in apply order.
+    routing: tuple[dict[str, Any], ...] = ()
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -160,6 +165,7 @@ class Children:
             self.runtime_service,
             self.pdb,
             *self.extra,
+            *self.routing,
             *(obj for obj in optional if obj is not None),
         ]
 
@@ -177,12 +183,14 @@ def build_children(
     settings: OperatorSettings,
     observed: Observed | None = None,
     autoscaler: AutoscalerKind | None = None,
+    routing: bool = True,
 ) -> Children:
     """Every child of the resource; the remembered mode is used only while its key matches.
 
     ``autoscaler`` is :attr:`AutoscalerChoice.kind` from :func:`choose_autoscaler`; None builds
     no autoscaler (autoscaling off, or not possible on this cluster). It is ignored while
-    ``spec.autoscaling`` is off.
+    ``spec.autoscaling`` is off. ``routing`` False builds no routing children (the cluster
+    lacks their APIs: :func:`routing_missing`).
     """
     observed = observed or Observed()
     names = ChildNames.for_resource(meta.name)
@@ -227,4 +235,5 @@ def build_children(
             else None
         ),
         scale_selector=scale_selector_string(meta.name, spec.nodes_per_replica),
+        routing=build_routing(meta.name, meta.namespace, spec, settings) if routing else (),
     )

@@ -8,8 +8,9 @@ only differences:
    (:mod:`ascend_operator.lora`); an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
    new message), touches no child, and is not retried (the user's next edit is a new event);
 2. ask what the cluster serves (discovery, cached for ``discovery_ttl_s``): it picks the
-   autoscaler (``choose_autoscaler``) and says whether a multi-node spec can have its
-   LeaderWorkerSet (``lws_missing``);
+   autoscaler (``choose_autoscaler``), says whether a multi-node spec can have its
+   LeaderWorkerSet (``lws_missing``) and whether ``spec.routing`` can have its pool and route
+   (``routing_missing``: when not, no routing child is made, and the Routing condition says why);
 3. build the children (pure builders), add the owner reference (this resource, controller);
 4. ensure each child in order, compared with the live one as the watches show it
    (``watchcache``; read from the API server only when the watches show none): server-side
@@ -49,19 +50,30 @@ from ascend_operator.builders import (
     choose_autoscaler,
     endpoint_url,
     lws_missing,
+    routing_missing,
     selector_labels,
     selector_string,
 )
 from ascend_operator.builders.modelcache import fetch_job_name, plan_cache
+from ascend_operator.builders.routing import RoutingNames, resolve_gateway, routing_enabled
 from ascend_operator.cachestatus import CacheObservation
 from ascend_operator.handlers import OperatorContext, handle_cache
-from ascend_operator.k8s import CHILD_KINDS, HPA, JOB, ChildRefused, NamespaceTerminating, Outcome
+from ascend_operator.k8s import (
+    CHILD_KINDS,
+    HPA,
+    INFERENCE_POOL,
+    JOB,
+    ChildRefused,
+    NamespaceTerminating,
+    Outcome,
+)
 from ascend_operator.names import label_value
 from ascend_operator.lora import enforce_lora
 from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
     AutoscalingObservation,
     Observation,
+    RoutingObservation,
     compute_status,
     invalid_spec_status,
     status_patch,
@@ -133,6 +145,22 @@ async def _autoscaling(ctx: OperatorContext, namespace: str, label: str, spec: A
     )
 
 
+def _routing(ctx: OperatorContext, name: str, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
+             missing: str | None, states: Mapping[str, Any]) -> RoutingObservation | None:
+    """spec.routing as made, with the live pool (the watches show it) and the pods' vLLM versions."""
+
+    if not routing_enabled(spec):
+        return None
+    names = RoutingNames.for_resource(name)
+    gateway = resolve_gateway(spec, ctx.settings)
+    shown = f"{gateway.namespace or namespace}/{gateway.name}" if gateway is not None else None
+    pool = None if missing else ctx.cache.get(INFERENCE_POOL.kind, namespace, names.pool, label)
+    versions = sorted({state.versions.get("vllm") for state in states.values()
+                       if state is not None and state.versions.get("vllm")})
+    return RoutingObservation(pool_name=names.pool, epp_name=names.epp, route_name=names.route if gateway else None,
+                              gateway=shown, missing=missing, pool=pool, vllm_versions=versions)
+
+
 async def reconcile_key(ctx: OperatorContext, key: str) -> float | None:
     """Reconcile the resource ``namespace/name`` as the store has it; the seconds until the next
     run (``None``: not again until an event). Raises on failure (the queue backs off)."""
@@ -180,9 +208,11 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     served = await ctx.kube.served(ctx.settings.discovery_ttl_s)
     choice = choose_autoscaler(spec, ctx.settings, served)
     missing_lws = lws_missing(spec, served)
+    missing_routing = routing_missing(spec, ctx.settings, served)
     annotations = dict((body.get("metadata") or {}).get("annotations") or {})
     meta = BuildMeta(name, namespace, generation, annotations=annotations)
-    children = build_children(meta, spec, ctx.settings, _remembered(previous), autoscaler=choice.kind)
+    children = build_children(meta, spec, ctx.settings, _remembered(previous), autoscaler=choice.kind,
+                              routing=missing_routing is None)
     desired = children.objects()
     kopf.append_owner_reference(desired, owner=body)
 
@@ -263,6 +293,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         conflicts=tuple(conflicts),
         nodes_per_replica=spec.nodes_per_replica,
         autoscaling=await _autoscaling(ctx, namespace, label, spec, choice, children),
+        routing=_routing(ctx, name, namespace, label, spec, missing_routing, states),
         lws_missing=missing_lws,
         refused=str(refused) if refused is not None else None,
         workload=workload,
