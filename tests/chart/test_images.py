@@ -221,11 +221,16 @@ def test_engine_container_runs_the_image_entrypoint_with_its_config(example: Pat
         config_dir, config_file = DEFAULT_CONFIG_PATH.rsplit("/", 1)
         mounts = {m["name"]: m for m in engine["volumeMounts"]}
         volumes = {v["name"]: v for v in pod["volumes"]}
-        (config_volume,) = [
-            v for v in volumes.values() if v.get("configMap", {}).get("name") == configmap["metadata"]["name"]
+        def sources(volume: dict) -> list[dict]:  # a configMap volume, or the configMaps of a projected one
+            if "configMap" in volume:
+                return [volume["configMap"]]
+            return [s["configMap"] for s in volume.get("projected", {}).get("sources", []) if "configMap" in s]
+
+        (config_volume, source), = [
+            (v, src) for v in volumes.values() for src in sources(v) if src.get("name") == configmap["metadata"]["name"]
         ]
         assert mounts[config_volume["name"]]["mountPath"] == config_dir
-        items = config_volume["configMap"].get("items")
+        items = source.get("items")
         assert items is None or {"key": CONFIG_FILE_KEY, "path": config_file} in items
 
 
