@@ -579,7 +579,12 @@ def format_report(report: Mapping[str, Any]) -> str:
     on, off = caching["on"], caching["off"]
     saved = 1 - on["peakBlocks"] / off["peakBlocks"] if off["peakBlocks"] else None
     bound = 1 - on["blocksNeeded"] / off["blocksNeeded"] if off["blocksNeeded"] else None
+    load = setup["loadAverage"]
     lines = [
+        f"Run {setup['date']}, {setup['cpus']} CPUs, load average (1 min) {load['start'][0]:.1f} at the start and "
+        f"{load['end'][0]:.1f} at the end, {setup['totalS']:.0f} s in all ({max(setup['healthyS'].values()):.0f} s "
+        "until the four engines were healthy)",
+        "",
         f"Caching: {setup['shared']['requests']} requests, {setup['sharedCount']} sharing a "
         f"{setup['shared']['prefix_tokens']}-token prefix, {setup['shared']['suffix_tokens']} own tokens each, "
         f"{setup['maxTokens']} output tokens, all at once",
@@ -650,7 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = [EngineSpec("caching-off", False), EngineSpec("caching-on", True),
              EngineSpec("replica-0", True, small), EngineSpec("replica-1", True, small)]
     engines: list[Engine] = []
-    started = time.monotonic()
+    started, load_before = time.monotonic(), os.getloadavg()
     try:
         engines = [launch(model, spec, work, max_model_len=1024, max_num_seqs=64) for spec in specs]
         healthy = wait_healthy(engines)
@@ -666,7 +671,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             engine.stop()
     report = {"setup": {"shared": asdict(shared), "sharedCount": shared.shared, "groups": asdict(groups),
                         "maxTokens": args.max_tokens, "routingBlocks": args.routing_blocks, "seed": args.seed,
-                        "healthyS": healthy, "totalS": time.monotonic() - started},
+                        "healthyS": healthy, "totalS": time.monotonic() - started,
+                        "loadAverage": {"start": load_before, "end": os.getloadavg()}, "cpus": os.cpu_count(),
+                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
               "caching": caching, "routing": routing}
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0

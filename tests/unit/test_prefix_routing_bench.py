@@ -171,7 +171,9 @@ def sample_report():
                    "perReplica": [{"requests": 30, "groups": 4, "hitRate": 0.79},
                                   {"requests": 34, "groups": 4, "hitRate": 0.81}]}
     report = {"setup": {"shared": asdict(pr.SharedWorkload()), "sharedCount": 15, "groups": asdict(pr.GroupWorkload()),
-                        "maxTokens": 64, "routingBlocks": 28},
+                        "maxTokens": 64, "routingBlocks": 28, "date": "2026-12-01 21:40 UTC", "cpus": 2,
+                        "loadAverage": {"start": [3.24, 3.0, 2.9], "end": [11.0, 9.0, 7.0]}, "totalS": 370.2,
+                        "healthyS": {"caching-on": 120.4, "replica-0": 134.6}},
               "caching": {"off": row(350, 350, 41600, 0), "on": row(280, 266, 30848, 10752)},
               "routing": {"affinity": routing_row, "random": {**routing_row, "hitRate": 0.25}}}
     return report
@@ -179,6 +181,8 @@ def sample_report():
 
 def test_the_report_sets_measured_beside_the_bound():
     text = pr.format_report(sample_report())
+    assert text.startswith("Run 2026-12-01 21:40 UTC, 2 CPUs, load average (1 min) 3.2 at the start and 11.0 "
+                           "at the end, 370 s in all (135 s until the four engines were healthy)")
     assert "| off | 8.5 % | 350 of 4096 | 350 | 41600 | 41600 | 0 | 1200 / 2000 |" in text
     assert "| on | 6.8 % | 280 of 4096 | 266 |" in text
     assert "peak blocks saved: 20.0 % (the most this workload allows: 24.0 %)" in text
