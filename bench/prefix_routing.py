@@ -17,7 +17,7 @@ float32) serve the tiny local model; they start together and are stopped however
    time to first token. Beside them, the blocks the workload needs when every request runs at
    once, with and without sharing: the most prefix caching can save on this workload.
 2. **Routing.** Two replicas with prefix caching and a small KV cache
-   (``--num-gpu-blocks-override``, about half the groups' prefixes per replica), requests from
+   (``--num-gpu-blocks-override``: fewer blocks than all the groups' prefixes need), requests from
    several shared-prefix groups sent one at a time, routed by a hash of the prompt's first block
    (a minimal stand-in for the endpoint picker's prefix scorer) or at random. Per policy: the
    prefix-cache hit rate (``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``,
