@@ -221,3 +221,15 @@ def test_engine_argv_sets_caching_and_extra_flags():
     assert "--no-enable-prefix-caching" in off
     assert on[on.index("--num-gpu-blocks-override") + 1] == "28"
     assert on[on.index("--host") + 1] == pr.LOOPBACK and on[on.index("--max-model-len") + 1] == "1024"
+
+
+@pytest.mark.parametrize("prefix_tokens", [128, 768, 1280, 1920])
+def test_sharing_by_30_percent_of_equal_requests_saves_at_most_28_percent(prefix_tokens):
+    # The README's bound beside the seeds' 42 %: (sharers - 1) / requests, whatever the prefix.
+    for shared_fraction, bound in ((0.3, 14 / 50), (0.44, 21 / 50)):
+        spec = pr.SharedWorkload(shared_fraction=shared_fraction, prefix_tokens=prefix_tokens, suffix_tokens=1)
+        requests = pr.make_shared_workload(spec)
+        off = pr.blocks_needed(requests, 1, 128, sharing=False)
+        saved = 1 - pr.blocks_needed(requests, 1, 128, sharing=True) / off
+        assert 0 < saved < bound
+    assert 21 / 50 >= 0.42 > 20 / 50  # so 42 % needs at least 22 sharers of 50
