@@ -67,6 +67,8 @@ REQUEST_TIMEOUT_S = 300.0
 #: Seconds between /metrics samples while the caching part's requests run.
 SAMPLE_S = 0.05
 MODEL_NAME = "tiny"
+#: Within the tiny model's 2048 positions; the longest prompt is 832 tokens.
+MAX_MODEL_LEN = 1024
 
 KV_USAGE = "vllm:kv_cache_usage_perc"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
@@ -640,8 +642,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"prefix_routing bench: {args.reread}: not a saved --json report ({error!r})", file=sys.stderr)
             return 1
         return 0
-    if args.max_tokens < 1 or args.routing_blocks < 9:
-        build_parser().error("--max-tokens must be >= 1 and --routing-blocks >= 9 (one 1024-token request)")
+    longest = SharedWorkload().prefix_tokens + SharedWorkload().suffix_tokens
+    if not 1 <= args.max_tokens <= MAX_MODEL_LEN - longest:
+        build_parser().error(f"--max-tokens must be 1..{MAX_MODEL_LEN - longest} "
+                             f"({longest}-token prompts, max-model-len {MAX_MODEL_LEN})")
+    if args.routing_blocks < 9:
+        build_parser().error("--routing-blocks must be >= 9 (one request of max-model-len 1024 tokens)")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="prefix-routing-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     model = args.model
@@ -657,7 +663,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     engines: list[Engine] = []
     started, load_before = time.monotonic(), os.getloadavg()
     try:
-        engines = [launch(model, spec, work, max_model_len=1024, max_num_seqs=64) for spec in specs]
+        for spec in specs:  # one by one, so a failed launch still stops the ones before it
+            engines.append(launch(model, spec, work, max_model_len=MAX_MODEL_LEN, max_num_seqs=64))
         healthy = wait_healthy(engines)
         print(f"engines healthy after {max(healthy.values()):.0f} s", file=sys.stderr, flush=True)
         asyncio.run(warm(engines))

@@ -233,3 +233,12 @@ def test_sharing_by_30_percent_of_equal_requests_saves_at_most_28_percent(prefix
         saved = 1 - pr.blocks_needed(requests, 1, 128, sharing=True) / off
         assert 0 < saved < bound
     assert 21 / 50 >= 0.42 > 20 / 50  # so 42 % needs at least 22 sharers of 50
+
+
+@pytest.mark.parametrize(("argv", "field"), [(["--max-tokens", "0"], "--max-tokens must be 1..192"),
+                                             (["--max-tokens", "193"], "--max-tokens must be 1..192"),
+                                             (["--routing-blocks", "8"], "--routing-blocks must be >= 9")])
+def test_bad_arguments_name_the_option_before_anything_starts(argv, field, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        pr.main(argv)
+    assert exit_info.value.code == 2 and field in capsys.readouterr().err
