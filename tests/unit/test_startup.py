@@ -69,3 +69,14 @@ def test_the_start_up_listing_covers_the_watched_namespaces() -> None:
     assert _listed_namespaces([]) == [None]  # the whole cluster
     assert _listed_namespaces(["llm", "team-b"]) == ["llm", "team-b"]
     assert _listed_namespaces(["op-*"]) == [None]  # a pattern: every namespace, filtered
+
+
+def test_kopf_builds_no_diff_base_essence_for_the_event_handlers() -> None:
+    from ascend_operator.handlers.handle_startup import NoDiffBase
+
+    settings = kopf.OperatorSettings()
+    tune_kopf(settings, OperatorSettings())
+    storage = settings.persistence.diffbase_storage
+    assert isinstance(storage, NoDiffBase)
+    body = kopf.Body({"metadata": {"name": "x", "annotations": {"a": "b"}}, "spec": {"big": list(range(100))}})
+    assert storage.build(body=body) == {} and storage.fetch(body=body) is None
