@@ -48,6 +48,8 @@ from ascend_runtime.cachelayout import (
 
 log = logging.getLogger(__name__)
 
+#: The ModelScope client the fetch is written and tested against (pyproject's ``modelscope`` extra).
+MODELSCOPE_REQUIREMENT = "modelscope>=1.40"
 #: Seconds between polls of the bytes on disk while downloading.
 POLL_S = 1.0
 #: Characters of an error message kept in the termination message (Kubernetes keeps 4096 bytes).
@@ -286,7 +288,8 @@ class ModelScopeClient:
             from modelscope_hub.api import HubApi
         except ImportError as error:
             raise MissingClientError(
-                "hub modelscope needs the modelscope package in the fetch image (pip install modelscope)"
+                f"hub modelscope needs the modelscope package, {MODELSCOPE_REQUIREMENT} (it brings "
+                f"modelscope-hub), in the fetch image (pip install '{MODELSCOPE_REQUIREMENT}'): {error}"
             ) from error
         self.request = request
         self.token = token

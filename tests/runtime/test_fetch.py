@@ -290,9 +290,13 @@ def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
     assert "No space left on device" in failure["message"]
 
 
-def test_a_modelscope_request_without_the_modelscope_package_is_invalid_naming_it(tmp_path, monkeypatch):
-    for name in ("modelscope", "modelscope.hub", "modelscope.hub.snapshot_download",
-                 "modelscope_hub", "modelscope_hub.api"):
+@pytest.mark.parametrize("missing", [
+    ("modelscope", "modelscope.hub", "modelscope.hub.snapshot_download", "modelscope_hub", "modelscope_hub.api"),
+    ("modelscope_hub", "modelscope_hub.api"),  # a modelscope older than 1.38: no modelscope-hub under it
+], ids=["no-modelscope", "old-modelscope"])
+def test_a_modelscope_request_without_a_recent_modelscope_package_is_invalid_naming_it(
+        tmp_path, monkeypatch, missing):
+    for name in missing:
         monkeypatch.setitem(sys.modules, name, None)  # `import` of these now raises ImportError
     root = tmp_path / "cache"
     request = FetchRequest(hub="modelscope", repo_id="Qwen/Qwen3-8B", cache_root=str(root))
@@ -300,7 +304,7 @@ def test_a_modelscope_request_without_the_modelscope_package_is_invalid_naming_i
                                          termination_log=str(tmp_path / "termination-log")), env={}).run()
     assert code is FetchExit.INVALID
     failure = json.loads((tmp_path / "termination-log").read_text())
-    assert failure["reason"] == "Invalid" and "pip install modelscope" in failure["message"]
+    assert failure["reason"] == "Invalid" and "pip install 'modelscope>=1.40'" in failure["message"]
 
 
 def test_a_token_in_an_error_message_is_masked_in_the_termination_message(tmp_path):
