@@ -292,7 +292,7 @@ def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
 
 @pytest.mark.parametrize("missing", [
     ("modelscope", "modelscope.hub", "modelscope.hub.snapshot_download", "modelscope_hub", "modelscope_hub.api"),
-    ("modelscope_hub", "modelscope_hub.api"),  # a modelscope older than 1.38: no modelscope-hub under it
+    ("modelscope_hub", "modelscope_hub.api"),  # an older, self-contained modelscope: no modelscope-hub
 ], ids=["no-modelscope", "old-modelscope"])
 def test_a_modelscope_request_without_a_recent_modelscope_package_is_invalid_naming_it(
         tmp_path, monkeypatch, missing):
