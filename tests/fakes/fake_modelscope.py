@@ -21,7 +21,7 @@ The client authenticates with ``Authorization: Bearer <token>`` and the cookie
 answers 403 without one or with a wrong one. The bodies are ModelScope's envelope
 (``{"Code", "Message", "RequestId", "Success": false}``). Every request is recorded
 (:attr:`FakeModelScope.requests`); requests to endpoints not listed above are in
-:attr:`FakeModelScope.unknown`. :meth:`FakeModelScope.hold` makes the GET of one file send
+:attr:`FakeModelScope.unknown`. :meth:`FakeModelScope.fail` makes every answer one status. :meth:`FakeModelScope.hold` makes the GET of one file send
 half of it, then wait until the test releases it.
 """
 
@@ -51,6 +51,7 @@ class FakeModelScope:
         self.unknown: list[str] = []
         self._lock = threading.Lock()
         self._held: dict[str, threading.Event] = {}
+        self._failing: int | None = None
         hub = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -77,6 +78,10 @@ class FakeModelScope:
     def __exit__(self, *_: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    def fail(self, status: int | None) -> None:
+        """Answer every request with ``status`` (a hub outage: 503, say); None serves again."""
+        self._failing = status
 
     def hold(self, filename: str) -> threading.Event:
         """GETs of ``filename`` send half its bytes, then wait for the returned event."""
@@ -125,6 +130,9 @@ class FakeModelScope:
             recorded = f"{path}/@file/{query['FilePath']}"
         with self._lock:
             self.requests.append(Recorded(handler.command, recorded, handler.headers.get("authorization")))
+        if self._failing is not None:
+            self._json(handler, self._failing, None, "the service is temporarily unavailable", body)
+            return
         if not path.startswith(_PREFIX):
             if path != "/api/v1/repos/internalAccelerationInfo":
                 self.unknown.append(path)

@@ -451,6 +451,20 @@ def test_modelscope_unknown_repo_or_revision_is_not_found_and_an_unreachable_hub
 
 
 @pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_hub_outage_is_network(tmp_path, tiny_files, monkeypatch):
+    import modelscope_hub._legacy_api as legacy
+
+    monkeypatch.setattr(legacy, "REPO_TREE_PAGE_MAX_ATTEMPTS", 1)  # the client's own retries: one try
+    with FakeModelScope({REPO_ID: ms_repo(tiny_files)}) as hub:
+        hub.fail(503)
+        root = tmp_path / "cache"
+        code, fetcher = ms_fetch(hub, root)
+        assert code is FetchExit.NETWORK, termination(root)
+        assert termination(root)["reason"] == "Network"
+        assert not Path(fetcher.request.marker_path).exists()
+
+
+@pytest.mark.usefixtures("_modelscope_home")
 def test_modelscope_allow_patterns_and_the_endpoint_from_modelscope_domain(tmp_path, tiny_files):
     extra = {"pytorch_model.bin": b"pickle", "modeling.py": b"x = 1"}
     with FakeModelScope({REPO_ID: ms_repo({**tiny_files, **extra})}) as hub:
