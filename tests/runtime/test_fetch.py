@@ -382,6 +382,11 @@ def test_modelscope_download_writes_the_marker_and_a_second_run_asks_the_hub_not
         assert [r.path.rsplit("/", 1)[-1] for r in hub.file_downloads()].count("config.json") == 2
         assert len(hub.file_downloads()) == len(files) + 1, "only the missing file is fetched again"
 
+        # '*' matches the directory's "tree" entry too: it is no file to expect.
+        code, everything = ms_fetch(hub, tmp_path / "all" / "cache", allowPatterns=["*"])
+        assert code is FetchExit.OK, termination(tmp_path / "all" / "cache")
+        assert CacheMarker.model_validate_json(Path(everything.request.marker_path).read_text()).files == len(files)
+
 
 @pytest.mark.usefixtures("_modelscope_home")
 def test_modelscope_fetches_the_pinned_revision(tmp_path, tiny_files):
@@ -499,6 +504,7 @@ def test_modelscope_progress_shows_the_bytes_while_downloading(tmp_path, tiny_fi
     root = tmp_path / "cache"
     files = {**tiny_files, "model-extra.safetensors": bytes(range(256)) * (8 * 4096)}
     total = sum(len(d) for d in files.values())
+    partial = sum(len(d) for d in tiny_files.values()) + 2 * 1024 * 1024  # the rest, and half the shard
     with FakeModelScope({REPO_ID: ms_repo(files)}) as hub:
         release = hub.hold("model-extra.safetensors")
         fetcher = make_fetcher(hub, root, hub_="modelscope")
@@ -510,11 +516,12 @@ def test_modelscope_progress_shows_the_bytes_while_downloading(tmp_path, tiny_fi
         try:
             while time.monotonic() < deadline:
                 seen = get_progress(fetcher)
-                if seen and seen["phase"] == "Downloading" and seen["bytesDone"] >= 2 * 1024 * 1024:
+                if seen and seen["phase"] == "Downloading" and seen["bytesDone"] >= partial:
                     break
                 time.sleep(0.2)
             assert seen is not None and seen["phase"] == "Downloading", seen
-            assert 2 * 1024 * 1024 <= seen["bytesDone"] < total, seen
+            assert partial <= seen["bytesDone"] < total, seen
+            assert seen["filesDone"] == len(tiny_files), seen
             assert seen["bytesTotal"] == total and seen["filesTotal"] == len(files)
         finally:
             release.set()
