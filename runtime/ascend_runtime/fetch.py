@@ -92,7 +92,8 @@ def _chain(error: BaseException):
 
 def _status(error: BaseException) -> int | None:
     response = getattr(error, "response", None)
-    status = getattr(response, "status_code", getattr(error, "status_code", None))  # modelscope_hub: on the error
+    # modelscope_hub's errors carry the status themselves (their response may be None).
+    status = getattr(response, "status_code", getattr(error, "status_code", None))
     return status if isinstance(status, int) else None
 
 

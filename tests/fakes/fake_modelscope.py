@@ -21,8 +21,9 @@ The client authenticates with ``Authorization: Bearer <token>`` and the cookie
 answers 403 without one or with a wrong one. The bodies are ModelScope's envelope
 (``{"Code", "Message", "RequestId", "Success": false}``). Every request is recorded
 (:attr:`FakeModelScope.requests`); requests to endpoints not listed above are in
-:attr:`FakeModelScope.unknown`. :meth:`FakeModelScope.fail` makes every answer one status. :meth:`FakeModelScope.hold` makes the GET of one file send
-half of it, then wait until the test releases it.
+:attr:`FakeModelScope.unknown`. :meth:`FakeModelScope.fail` makes every answer one status;
+:meth:`FakeModelScope.hold` makes the GET of one file send half of it, then wait until the test
+releases it.
 """
 
 from __future__ import annotations
@@ -159,8 +160,9 @@ class FakeModelScope:
         files = repo.commits[sha]
         if tail == "repo/files":
             directories = sorted({name.rsplit("/", 1)[0] for name in files if "/" in name})
-            entries = [{"Name": name.rsplit("/", 1)[-1], "Path": name, "Type": "tree", "Size": 0, "Sha256": "",
-                        "Revision": sha, "IsLFS": False, "Mode": "40000"} for name in directories]
+            entries = [{"Name": name.rsplit("/", 1)[-1], "Path": name, "Type": "tree", "Size": 0,
+                        "Sha256": "", "Revision": sha, "IsLFS": False, "Mode": "40000"}
+                       for name in directories]
             entries += [{"Name": name.rsplit("/", 1)[-1], "Path": name, "Type": "blob", "Size": len(data),
                          "Sha256": hashlib.sha256(data).hexdigest(), "Revision": sha, "IsLFS": False,
                          "Mode": "100644", "CommitMessage": "add", "CommittedDate": 1700000000}

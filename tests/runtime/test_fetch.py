@@ -291,7 +291,8 @@ def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
 
 
 @pytest.mark.parametrize("missing", [
-    ("modelscope", "modelscope.hub", "modelscope.hub.snapshot_download", "modelscope_hub", "modelscope_hub.api"),
+    ("modelscope", "modelscope.hub", "modelscope.hub.snapshot_download",
+     "modelscope_hub", "modelscope_hub.api"),
     ("modelscope_hub", "modelscope_hub.api"),  # an older, self-contained modelscope: no modelscope-hub
 ], ids=["no-modelscope", "old-modelscope"])
 def test_a_modelscope_request_without_a_recent_modelscope_package_is_invalid_naming_it(
@@ -385,7 +386,8 @@ def test_modelscope_download_writes_the_marker_and_a_second_run_asks_the_hub_not
         # '*' matches the directory's "tree" entry too: it is no file to expect.
         code, everything = ms_fetch(hub, tmp_path / "all" / "cache", allowPatterns=["*"])
         assert code is FetchExit.OK, termination(tmp_path / "all" / "cache")
-        assert CacheMarker.model_validate_json(Path(everything.request.marker_path).read_text()).files == len(files)
+        marker = CacheMarker.model_validate_json(Path(everything.request.marker_path).read_text())
+        assert marker.files == len(files)
 
 
 @pytest.mark.usefixtures("_modelscope_home")
@@ -432,7 +434,8 @@ def test_modelscope_sends_the_token_and_a_wrong_or_missing_one_is_unauthorized(t
 
 
 @pytest.mark.usefixtures("_modelscope_home")
-def test_modelscope_unknown_repo_or_revision_is_not_found_and_an_unreachable_hub_is_network(tmp_path, tiny_files):
+def test_modelscope_unknown_repo_or_revision_is_not_found_and_an_unreachable_hub_is_network(
+        tmp_path, tiny_files):
     with FakeModelScope({REPO_ID: ms_repo(tiny_files)}) as hub:
         root = tmp_path / "repo" / "cache"
         code, _ = ms_fetch(hub, root, repoId="tiny/nothing-here")
@@ -492,7 +495,8 @@ def test_modelscope_allow_patterns_and_the_endpoint_from_modelscope_domain(tmp_p
         assert run.returncode == FetchExit.OK, run.stderr[-3000:]
         snapshot = root / "models" / "modelscope" / "tiny" / "llama" / "default"
         names = {p.name for p in snapshot.iterdir() if p.is_file()}
-        assert "model.safetensors" in names and "pytorch_model.bin" not in names and "modeling.py" not in names
+        assert "model.safetensors" in names
+        assert "pytorch_model.bin" not in names and "modeling.py" not in names
         assert len(hub.file_downloads()) - before == len(tiny_files)
 
 
