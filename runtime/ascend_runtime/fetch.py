@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import errno
 import http.server
-import inspect
 import json
 import logging
 import os
@@ -26,7 +25,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
@@ -50,6 +48,8 @@ from ascend_runtime.cachelayout import (
 
 log = logging.getLogger(__name__)
 
+#: The ModelScope client the fetch is written and tested against (pyproject's ``modelscope`` extra).
+MODELSCOPE_REQUIREMENT = "modelscope>=1.40"
 #: Seconds between polls of the bytes on disk while downloading.
 POLL_S = 1.0
 #: Characters of an error message kept in the termination message (Kubernetes keeps 4096 bytes).
@@ -59,7 +59,8 @@ _NETWORK_CLASSES = {"ConnectError", "ConnectTimeout", "TimeoutException", "Trans
                     "ConnectionError", "Timeout", "ReadTimeout", "ProxyError", "LocalEntryNotFoundError"}
 _NOT_FOUND_CLASSES = {"RepositoryNotFoundError", "RevisionNotFoundError", "RemoteEntryNotFoundError",
                       "EntryNotFoundError", "NotExistError", "FileNotExistError", "NoMatchingFilesError"}
-_UNAUTHORIZED_CLASSES = {"GatedRepoError", "NotLoginException", "DisabledRepoError"}
+_UNAUTHORIZED_CLASSES = {"GatedRepoError", "NotLoginException", "DisabledRepoError",
+                         "AuthenticationError", "PermissionDeniedError"}
 
 
 class MissingClientError(RuntimeError):
@@ -80,12 +81,19 @@ def _chain(error: BaseException):
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
+        # modelscope_hub's FileDownloadError carries the per-file errors beside it, not as a cause.
+        failed = getattr(current, "failed_files", None)
+        if isinstance(failed, dict):
+            for item in failed.values():
+                if isinstance(item, BaseException):
+                    yield from _chain(item)
         current = current.__cause__ or current.__context__
 
 
 def _status(error: BaseException) -> int | None:
     response = getattr(error, "response", None)
-    status = getattr(response, "status_code", None)
+    # modelscope_hub's errors carry the status themselves (their response may be None).
+    status = getattr(response, "status_code", getattr(error, "status_code", None))
     return status if isinstance(status, int) else None
 
 
@@ -173,7 +181,8 @@ class ProgressServer:
 
 
 class DiskPoller:
-    """Counts the bytes on disk under the snapshot: finished files plus partial downloads."""
+    """Counts the bytes on disk under the snapshot: finished files plus partial downloads
+    (``*.incomplete``)."""
 
     def __init__(self, directory: Path, expected: dict[str, int], progress: Progress) -> None:
         self.directory = directory
@@ -188,8 +197,8 @@ class DiskPoller:
         present = snapshot_files(self.directory, list(self.expected))
         done = [path for path, size in present.items() if self.expected.get(path) == size]
         partial = 0
-        metadata = self.directory / CLIENT_METADATA_DIR
-        for parent, _, files in os.walk(metadata):
+        # huggingface_hub keeps partial files under the metadata folder, ModelScope beside the target.
+        for parent, _, files in os.walk(self.directory):
             for name in files:
                 if name.endswith(".incomplete"):
                     try:
@@ -266,44 +275,44 @@ class HuggingFaceClient:
 
 
 class ModelScopeClient:
-    """ModelScope's ``HubApi.get_model_files`` for the listing and its ``snapshot_download``.
+    """ModelScope: the file listing with sizes (``modelscope_hub``'s ``HubApi.list_repo_files``,
+    the client the ``modelscope`` package delegates to), then ``modelscope``'s ``snapshot_download``.
 
-    ``MODELSCOPE_DOMAIN`` (a host: the client adds the scheme) is set from ``endpoint``.
+    ``endpoint`` is passed to both as ``endpoint=`` (a bare host gets ``https://``); absent, the
+    client reads ``MODELSCOPE_ENDPOINT`` or ``MODELSCOPE_DOMAIN`` itself. The token goes in as
+    ``token=`` (no ``login()``: that would store it under ``~/.modelscope``).
     """
 
     def __init__(self, request: FetchRequest, token: str | None) -> None:
-        if request.endpoint:
-            parsed = urlparse(request.endpoint)
-            os.environ["MODELSCOPE_DOMAIN"] = parsed.netloc or parsed.path  # before modelscope reads it
         try:
-            from modelscope.hub.api import HubApi
             from modelscope.hub.snapshot_download import snapshot_download
+            from modelscope_hub.api import HubApi
         except ImportError as error:
             raise MissingClientError(
-                "hub modelscope needs the modelscope package in the fetch image (pip install modelscope)"
+                f"hub modelscope needs the modelscope package, {MODELSCOPE_REQUIREMENT} (it brings "
+                f"modelscope-hub), in the fetch image (pip install '{MODELSCOPE_REQUIREMENT}'): {error}"
             ) from error
-        self.api = HubApi()
-        self.snapshot_download = snapshot_download
         self.request = request
         self.token = token
-        if token:
-            self.api.login(token)
+        self.endpoint = request.endpoint
+        self.api = HubApi(token=token, endpoint=self.endpoint)
+        self.snapshot_download = snapshot_download
 
     def listing(self) -> Listing:
-        kwargs = {"revision": self.request.revision} if self.request.revision else {}
-        entries = self.api.get_model_files(self.request.repo_id, recursive=True, **kwargs)
+        entries = self.api.list_repo_files(self.request.repo_id, "model", revision=self.request.revision,
+                                           recursive=True)
         patterns = self.request.patterns()
-        files = {e["Path"]: int(e.get("Size") or 0) for e in entries
-                 if e.get("Type") != "tree" and matches(e["Path"], patterns)}
+        files = {e.path: int(e.size or 0) for e in entries if e.type != "tree" and matches(e.path, patterns)}
+        # ModelScope's listing names no commit of the revision: the marker keeps the requested one.
         return Listing(commit=self.request.revision, files=files)
 
     def download(self, listing: Listing, local_dir: Path) -> None:
-        kwargs: dict = {"local_dir": str(local_dir), "allow_patterns": self.request.patterns()}
-        if self.request.revision:
-            kwargs["revision"] = self.request.revision
-        if self.token and "token" in inspect.signature(self.snapshot_download).parameters:
-            kwargs["token"] = self.token
-        self.snapshot_download(self.request.repo_id, **kwargs)
+        # The client's file locks go below the snapshot's metadata folder, not under $HOME.
+        self.snapshot_download(
+            self.request.repo_id, revision=self.request.revision, local_dir=str(local_dir),
+            cache_dir=str(local_dir / CLIENT_METADATA_DIR / "modelscope"),
+            allow_patterns=self.request.patterns(), token=self.token, endpoint=self.endpoint,
+        )
 
 
 def make_client(request: FetchRequest, token: str | None) -> HubClient:

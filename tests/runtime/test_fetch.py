@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 from fake_hub import FakeHub, FakeRepo  # noqa: E402
+from fake_modelscope import FakeModelScope  # noqa: E402
 
 from ascend_runtime.cachelayout import (  # noqa: E402
     CacheMarker,
@@ -56,14 +57,16 @@ def make_repo(files: dict[str, bytes], token: str | None = None) -> FakeRepo:
     return repo
 
 
-def make_fetcher(hub: FakeHub, root: Path, env: dict[str, str] | None = None, **fields) -> Fetcher:
+def make_fetcher(hub: FakeHub | FakeModelScope, root: Path, env: dict[str, str] | None = None,
+                 hub_: str = "huggingface", **fields) -> Fetcher:
     request = FetchRequest.model_validate(
-        {"repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url, **fields})
+        {"hub": hub_, "repoId": REPO_ID, "cacheRoot": str(root), "endpoint": hub.url, **fields})
     return Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
                                          termination_log=str(root.parent / "termination-log")), env=env or {})
 
 
-def fetch(hub: FakeHub, root: Path, env: dict[str, str] | None = None, **fields) -> tuple[FetchExit, Fetcher]:
+def fetch(hub: FakeHub | FakeModelScope, root: Path, env: dict[str, str] | None = None,
+          **fields) -> tuple[FetchExit, Fetcher]:
     fetcher = make_fetcher(hub, root, env, **fields)
     return fetcher.run(), fetcher
 
@@ -287,20 +290,22 @@ def test_a_full_cache_volume_fails_as_disk_full(tmp_path, tiny_files):
     assert "No space left on device" in failure["message"]
 
 
-def test_a_modelscope_request_without_the_modelscope_package_is_invalid_naming_it(tmp_path):
-    try:
-        import modelscope  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("modelscope is installed here")
+@pytest.mark.parametrize("missing", [
+    ("modelscope", "modelscope.hub", "modelscope.hub.snapshot_download",
+     "modelscope_hub", "modelscope_hub.api"),
+    ("modelscope_hub", "modelscope_hub.api"),  # an older, self-contained modelscope: no modelscope-hub
+], ids=["no-modelscope", "old-modelscope"])
+def test_a_modelscope_request_without_a_recent_modelscope_package_is_invalid_naming_it(
+        tmp_path, monkeypatch, missing):
+    for name in missing:
+        monkeypatch.setitem(sys.modules, name, None)  # `import` of these now raises ImportError
     root = tmp_path / "cache"
     request = FetchRequest(hub="modelscope", repo_id="Qwen/Qwen3-8B", cache_root=str(root))
     code = Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
                                          termination_log=str(tmp_path / "termination-log")), env={}).run()
     assert code is FetchExit.INVALID
     failure = json.loads((tmp_path / "termination-log").read_text())
-    assert failure["reason"] == "Invalid" and "pip install modelscope" in failure["message"]
+    assert failure["reason"] == "Invalid" and "pip install 'modelscope>=1.40'" in failure["message"]
 
 
 def test_a_token_in_an_error_message_is_masked_in_the_termination_message(tmp_path):
@@ -312,3 +317,218 @@ def test_a_token_in_an_error_message_is_masked_in_the_termination_message(tmp_pa
     assert code is FetchExit.NETWORK
     failure = json.loads(log.read_text())
     assert TOKEN not in log.read_text() and "Bearer ***" in failure["message"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ModelScope: the real `modelscope` client against tests/fakes/fake_modelscope.py
+# ---------------------------------------------------------------------------------------------
+
+MS_TOKEN = "ms-test-secret-token-456"
+
+
+@pytest.fixture
+def _modelscope_home(tmp_path, monkeypatch):
+    # The client's session file and default cache, its endpoint and token lookup: never the user's.
+    monkeypatch.setenv("MODELSCOPE_HOME", str(tmp_path / "ms-home"))
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(tmp_path / "ms-cache"))
+    for name in ("MODELSCOPE_API_TOKEN", "MODELSCOPE_ENDPOINT", "MODELSCOPE_DOMAIN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def ms_repo(files: dict[str, bytes], token: str | None = None) -> FakeRepo:
+    repo = FakeRepo(token=token)
+    repo.add(files, "master")
+    return repo
+
+
+def ms_fetch(hub: FakeModelScope, root: Path, env: dict[str, str] | None = None, **fields
+             ) -> tuple[FetchExit, Fetcher]:
+    return fetch(hub, root, env, hub_="modelscope", **fields)
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_download_writes_the_marker_and_a_second_run_asks_the_hub_nothing(tmp_path, tiny_files):
+    root = tmp_path / "cache"
+    files = {**tiny_files, "tokenizer/added_tokens.json": b"{}"}  # a directory: a "tree" entry
+    with FakeModelScope({REPO_ID: ms_repo(files)}) as hub:
+        code, fetcher = ms_fetch(hub, root)
+        assert code is FetchExit.OK, termination(root)
+        request = fetcher.request
+        snapshot = Path(request.model_dir)
+        assert snapshot == root / "models" / "modelscope" / "tiny" / "llama" / "default"
+        for name, data in files.items():
+            assert (snapshot / name).read_bytes() == data
+        marker = CacheMarker.model_validate_json(Path(request.marker_path).read_text())
+        assert marker.hub.value == "modelscope"
+        assert marker.files == len(files) and marker.total_bytes == sum(len(d) for d in files.values())
+        assert marker.commit is None, "ModelScope's listing names no commit: the requested revision (none)"
+        assert marker.incomplete(snapshot) is None
+        assert sorted(r.path.split("/@file/")[1] for r in hub.file_downloads()) == sorted(files)
+        assert hub.unknown == [], "every endpoint the client called is one the fake implements"
+        assert not [p for p in (tmp_path / "ms-cache").rglob("*") if p.is_file()], \
+            "the client's lock files stay below the snapshot, not in its default cache"
+        assert list((snapshot / ".cache" / "modelscope" / ".lock").iterdir())
+        progress = fetcher.progress.get()
+        assert progress.phase is FetchPhase.COMPLETE and progress.bytes_done == progress.bytes_total
+
+        before = hub.count()
+        code, again = ms_fetch(hub, root)
+        assert code is FetchExit.OK
+        assert hub.count() == before, "an already cached model costs no request to the hub"
+        assert again.progress.get().phase is FetchPhase.COMPLETE
+
+        (snapshot / "config.json").unlink()
+        code, _ = ms_fetch(hub, root)
+        assert code is FetchExit.OK
+        assert [r.path.rsplit("/", 1)[-1] for r in hub.file_downloads()].count("config.json") == 2
+        assert len(hub.file_downloads()) == len(files) + 1, "only the missing file is fetched again"
+
+        # '*' matches the directory's "tree" entry too: it is no file to expect.
+        code, everything = ms_fetch(hub, tmp_path / "all" / "cache", allowPatterns=["*"])
+        assert code is FetchExit.OK, termination(tmp_path / "all" / "cache")
+        marker = CacheMarker.model_validate_json(Path(everything.request.marker_path).read_text())
+        assert marker.files == len(files)
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_fetches_the_pinned_revision(tmp_path, tiny_files):
+    repo = FakeRepo()
+    old = {**tiny_files, "config.json": b'{"version": "old"}'}
+    old_sha = repo.add(old, "v1")
+    repo.add(tiny_files, "master")
+    with FakeModelScope({REPO_ID: repo}) as hub:
+        code, fetcher = ms_fetch(hub, tmp_path / "tag" / "cache", revision="v1")
+        assert code is FetchExit.OK
+        snapshot = Path(fetcher.request.model_dir)
+        assert snapshot.name == "v1"
+        assert (snapshot / "config.json").read_bytes() == b'{"version": "old"}'
+        marker = CacheMarker.model_validate_json(Path(fetcher.request.marker_path).read_text())
+        assert marker.revision == "v1" and marker.commit == "v1"
+
+        code, by_sha = ms_fetch(hub, tmp_path / "sha" / "cache", revision=old_sha)
+        assert code is FetchExit.OK
+        assert (Path(by_sha.request.model_dir) / "config.json").read_bytes() == b'{"version": "old"}'
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_sends_the_token_and_a_wrong_or_missing_one_is_unauthorized(tmp_path, tiny_files):
+    with FakeModelScope({REPO_ID: ms_repo(tiny_files, token=MS_TOKEN)}) as hub:
+        code, _ = ms_fetch(hub, tmp_path / "ok" / "cache", env={"MODELSCOPE_API_TOKEN": MS_TOKEN})
+        assert code is FetchExit.OK
+        assert {r.authorization for r in hub.file_downloads()} == {f"Bearer {MS_TOKEN}"}
+
+        wrong = "ms-wrong-token-which-is-secret"
+        root = tmp_path / "wrong" / "cache"
+        code, fetcher = ms_fetch(hub, root, env={"MY_TOKEN": wrong}, tokenEnv="MY_TOKEN")
+        assert code is FetchExit.UNAUTHORIZED
+        message = termination(root)
+        assert message["reason"] == "Unauthorized"
+        assert wrong not in json.dumps(message) and "cannot access tiny/llama" in message["message"]
+        assert not Path(fetcher.request.marker_path).exists()
+
+        root = tmp_path / "none" / "cache"
+        code, _ = ms_fetch(hub, root)
+        assert code is FetchExit.UNAUTHORIZED, "a private repo without a token"
+        assert termination(root)["reason"] == "Unauthorized"
+        assert len(hub.file_downloads()) == len(tiny_files), "no file was fetched without the token"
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_unknown_repo_or_revision_is_not_found_and_an_unreachable_hub_is_network(
+        tmp_path, tiny_files):
+    with FakeModelScope({REPO_ID: ms_repo(tiny_files)}) as hub:
+        root = tmp_path / "repo" / "cache"
+        code, _ = ms_fetch(hub, root, repoId="tiny/nothing-here")
+        assert code is FetchExit.NOT_FOUND
+        assert termination(root)["reason"] == "NotFound"
+
+        root = tmp_path / "rev" / "cache"
+        code, _ = ms_fetch(hub, root, revision="no-such-tag")
+        assert code is FetchExit.NOT_FOUND
+        assert termination(root)["reason"] == "NotFound"
+        assert hub.file_downloads() == []
+        closed = hub.url
+    root = tmp_path / "down" / "cache"
+    request = {"hub": "modelscope", "repoId": REPO_ID, "cacheRoot": str(root), "endpoint": closed}
+    # The client retries a refused connection; one attempt each keeps the test short.
+    run = _fetch_cli(request, root.parent / "termination-log",
+                     {"MODELSCOPE_HOME": str(tmp_path / "ms-home"), "MODELSCOPE_API_MAX_RETRIES": "1",
+                      "MODELSCOPE_REPO_TREE_PAGE_MAX_ATTEMPTS": "1"})
+    assert run.returncode == FetchExit.NETWORK == 6, run.stderr[-3000:]
+    assert termination(root)["reason"] == "Network"
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_hub_outage_is_network(tmp_path, tiny_files, monkeypatch):
+    import modelscope_hub._legacy_api as legacy
+
+    monkeypatch.setattr(legacy, "REPO_TREE_PAGE_MAX_ATTEMPTS", 1)  # the client's own retries: one try
+    with FakeModelScope({REPO_ID: ms_repo(tiny_files)}) as hub:
+        hub.fail(503)
+        root = tmp_path / "cache"
+        code, fetcher = ms_fetch(hub, root)
+        assert code is FetchExit.NETWORK, termination(root)
+        assert termination(root)["reason"] == "Network"
+        assert not Path(fetcher.request.marker_path).exists()
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_allow_patterns_and_the_endpoint_from_modelscope_domain(tmp_path, tiny_files):
+    extra = {"pytorch_model.bin": b"pickle", "modeling.py": b"x = 1"}
+    with FakeModelScope({REPO_ID: ms_repo({**tiny_files, **extra})}) as hub:
+        code, fetcher = ms_fetch(hub, tmp_path / "json" / "cache", allowPatterns=["*.json"])
+        assert code is FetchExit.OK
+        present = sorted(p.name for p in Path(fetcher.request.model_dir).iterdir() if p.is_file())
+        assert present == sorted(n for n in tiny_files if n.endswith(".json"))
+
+        root = tmp_path / "none" / "cache"
+        code, _ = ms_fetch(hub, root, allowPatterns=["*.gguf"])
+        assert code is FetchExit.NOT_FOUND
+        assert "no file matching allowPatterns ['*.gguf']" in termination(root)["message"]
+
+        # No endpoint in the request: the client reads MODELSCOPE_DOMAIN (in the Job's process, as
+        # here: the client keeps the configuration it read first for the rest of a process).
+        root = tmp_path / "env" / "cache"
+        before = len(hub.file_downloads())
+        run = _fetch_cli({"hub": "modelscope", "repoId": REPO_ID, "cacheRoot": str(root)},
+                         root.parent / "termination-log", {"MODELSCOPE_DOMAIN": hub.url})
+        assert run.returncode == FetchExit.OK, run.stderr[-3000:]
+        snapshot = root / "models" / "modelscope" / "tiny" / "llama" / "default"
+        names = {p.name for p in snapshot.iterdir() if p.is_file()}
+        assert "model.safetensors" in names
+        assert "pytorch_model.bin" not in names and "modeling.py" not in names
+        assert len(hub.file_downloads()) - before == len(tiny_files)
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+def test_modelscope_progress_shows_the_bytes_while_downloading(tmp_path, tiny_files):
+    """The client writes ``<file>.incomplete`` beside the target in 1 MiB chunks: half of an
+    8 MiB shard is on disk while the hub holds the rest back."""
+
+    root = tmp_path / "cache"
+    files = {**tiny_files, "model-extra.safetensors": bytes(range(256)) * (8 * 4096)}
+    total = sum(len(d) for d in files.values())
+    partial = sum(len(d) for d in tiny_files.values()) + 2 * 1024 * 1024  # the rest, and half the shard
+    with FakeModelScope({REPO_ID: ms_repo(files)}) as hub:
+        release = hub.hold("model-extra.safetensors")
+        fetcher = make_fetcher(hub, root, hub_="modelscope")
+        result: list[FetchExit] = []
+        thread = threading.Thread(target=lambda: result.append(fetcher.run()))
+        thread.start()
+        deadline = time.monotonic() + 30
+        seen = None
+        try:
+            while time.monotonic() < deadline:
+                seen = get_progress(fetcher)
+                if seen and seen["phase"] == "Downloading" and seen["bytesDone"] >= partial:
+                    break
+                time.sleep(0.2)
+            assert seen is not None and seen["phase"] == "Downloading", seen
+            assert partial <= seen["bytesDone"] < total, seen
+            assert seen["filesDone"] == len(tiny_files), seen
+            assert seen["bytesTotal"] == total and seen["filesTotal"] == len(files)
+        finally:
+            release.set()
+            thread.join(60)
+        assert result == [FetchExit.OK]
+        assert fetcher.progress.get().bytes_done == total
