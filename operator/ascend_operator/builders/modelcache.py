@@ -165,7 +165,8 @@ def fetch_container(spec: AscendLLMDeploymentSpec, plan: CachePlan, settings: Op
     return container
 
 
-def _pod_security(settings: OperatorSettings) -> dict[str, Any]:
+def pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
+    """The pod securityContext of the engine pods and the fetch Jobs (the runtime image's user)."""
     security: dict[str, Any] = {
         "runAsNonRoot": settings.engine_run_as_user != 0,
         "runAsUser": settings.engine_run_as_user,
@@ -204,7 +205,7 @@ def build_fetch_job(name: str, namespace: str, spec: AscendLLMDeploymentSpec, se
                     "restartPolicy": "Never",
                     "containers": [fetch_container(spec, plan, settings, image)],
                     "volumes": [_volume(plan)],
-                    "securityContext": _pod_security(settings),
+                    "securityContext": pod_security_context(settings),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                 },

@@ -53,7 +53,13 @@ from ascend_operator.builders.adapters import ADAPTERS_SUBDIR, lora_enabled
 from ascend_operator.builders.adapters import adapter_volumes as adapter_volumes_of
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
 from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, STATE_DIR, startup_budget
-from ascend_operator.builders.modelcache import CachePlan, fetch_container, plan_cache, serving_wiring
+from ascend_operator.builders.modelcache import (
+    CachePlan,
+    fetch_container,
+    plan_cache,
+    pod_security_context,
+    serving_wiring,
+)
 from ascend_operator.names import ChildNames
 from ascend_operator.settings import HostMounts, OperatorSettings
 
@@ -354,14 +360,7 @@ def build_pod_template(
     if not container["resources"]:
         del container["resources"]
 
-    pod_security: dict[str, Any] = {
-        "runAsNonRoot": settings.engine_run_as_user != 0,
-        "runAsUser": settings.engine_run_as_user,
-        "runAsGroup": settings.engine_run_as_group,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    if settings.engine_fs_group is not None:
-        pod_security["fsGroup"] = settings.engine_fs_group
+    pod_security = pod_security_context(settings)
     pod_spec: dict[str, Any] = {
         # hostPath caches: each node downloads once, before the engine starts (done at once later).
         **({"initContainers": [fetch_container(spec, plan, settings, image, ports=False)]}
