@@ -74,6 +74,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _cmd_operator_run(args: argparse.Namespace) -> int:
+    from ascend_operator import allocator
+
+    allocator.cap_arenas()  # before the API threads exist (see ascend_operator.allocator)
     try:
         settings = load_settings()
     except SettingsError as error:

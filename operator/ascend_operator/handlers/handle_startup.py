@@ -9,6 +9,7 @@ them there. Whichever runs first, login or start-up, loads them and stores them 
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import logging
 import os
@@ -17,6 +18,7 @@ from typing import Any
 import kopf
 from ascend_runtime import redact
 
+from ascend_operator import allocator
 from ascend_operator.api import GROUP
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_reconcile
@@ -26,6 +28,7 @@ from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
 
 SETTINGS_KEY = "ascend_settings"
+TRIM_TASK_KEY = "ascend_trim_task"
 
 #: kopf's progress annotations and its finalizer, under the API group's prefix (no diff-base:
 #: see NoDiffBase).
@@ -137,6 +140,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
                       backoff_max_s=ops.retry_backoff_max_s),
     )
     memo[MEMO_KEY] = ctx
+    memo[TRIM_TASK_KEY] = asyncio.create_task(_trim_forever(), name="ascend-llm malloc_trim")
     await prefill(ctx, logger)
     if elect:
         ctx.queue.pause()  # a standby keeps its store current and reconciles nothing
@@ -196,9 +200,19 @@ def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettin
     return kopf.login_via_client(logger=logger, settings=settings, **kwargs)
 
 
+async def _trim_forever() -> None:
+    """Hand free heap back to the system now and then (``ascend_operator.allocator``)."""
+    while True:
+        await asyncio.sleep(allocator.TRIM_INTERVAL_S)
+        allocator.trim()
+
+
 async def cleanup(memo: kopf.Memo) -> None:
     """Stop the queue (running reconciles are cancelled: each is safe to repeat), close the pool."""
 
+    task = memo.get(TRIM_TASK_KEY)
+    if task is not None:
+        task.cancel()
     if MEMO_KEY in memo:
         ctx = context(memo)
         if ctx.queue is not None:
