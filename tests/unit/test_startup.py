@@ -61,6 +61,7 @@ def test_idle_kopf_workers_exit_soon_so_a_start_up_listing_does_not_keep_every_b
     default = settings.queueing.idle_timeout
     tune_kopf(settings, OperatorSettings())
     assert settings.queueing.idle_timeout == WORKER_IDLE_S < default
+    assert settings.watching.chunk_size is not None  # kopf lists in pages, not whole
 
 
 def test_the_start_up_listing_covers_the_watched_namespaces() -> None:

@@ -50,6 +50,8 @@ CONNECT_TIMEOUT_S = 30
 REQUEST_TIMEOUT_S = 60
 #: Seconds an idle kopf worker (one per watched object) lives on (kopf's default: 5).
 WORKER_IDLE_S = 0.5
+#: Objects per page of a list (kopf's initial listings and the watch cache's prefill).
+LIST_PAGE = 250
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -105,6 +107,9 @@ def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> bool:
     # this long; at start-up every object is listed at once, so the default 5 s keeps thousands
     # of bodies alive together. A worker is cheap to make again for the object's next event.
     settings.queueing.idle_timeout = WORKER_IDLE_S
+    # kopf lists each watched kind whole before it watches (its default); at 1,000 resources
+    # that is several lists of megabytes parsed at once. In pages, like the watch cache's prefill.
+    settings.watching.chunk_size = LIST_PAGE
     # Children and pods are watched by their resource label, filtered by the API server: the
     # operator never sees (nor holds in memory) another workload's pods or ConfigMaps.
     for kind in WATCHED_KINDS:
@@ -174,7 +179,7 @@ async def prefill(ctx: OperatorContext, logger: logging.Logger) -> None:
     for kind in WATCHED_KINDS:
         for namespace in wanted:
             try:
-                async for items in ctx.kube.list_pages(kind, namespace, RESOURCE_LABEL):
+                async for items in ctx.kube.list_pages(kind, namespace, RESOURCE_LABEL, page=LIST_PAGE):
                     for item in items:
                         item_ns = (item.get("metadata") or {}).get("namespace") or ""
                         if namespace is None and patterns and not any(fnmatch.fnmatchcase(item_ns, p)
