@@ -2,7 +2,7 @@
 
 glibc gives each thread that allocates its own malloc arena and keeps what an arena freed, so a
 process whose worker threads read thousands of API responses grows with its threads rather than
-its data (the reason for ``MALLOC_ARENA_MAX`` in gunicorn's and many operators' deployments). At
+its data (what the ``MALLOC_ARENA_MAX`` environment variable limits). At
 start-up the operator caps the arenas (``mallopt(M_ARENA_MAX)``; threads are made later, on
 demand) and, every :data:`TRIM_INTERVAL_S`, hands the free heap back to the system
 (``malloc_trim``). Elsewhere (musl, macOS) both are no-ops.
