@@ -46,6 +46,8 @@ def test_a_created_claim_is_kept_by_default_and_owned_only_with_delete_with_reso
     assert claim["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "200Gi"}},
                              "storageClassName": "nfs"}
     assert not kids.cache_claim_owned
+    # What the chart's NOTES tell users to delete the kept caches by.
+    assert claim["metadata"]["labels"]["app.kubernetes.io/component"] == "model-cache"
     assert claim not in kids.objects()  # not an owned child: never pruned, never owner-referenced
     owned = children({**HF, "cache": {"create": {"size": "1Ti", "deleteWithResource": True}}})
     assert owned.cache_claim_owned
