@@ -63,6 +63,10 @@ def _remove_routing_crds(api: Any) -> None:
     wait_for("the routing CRDs to be gone", gone, timeout_s=WAIT_S)
 
 
+#: A resync of the cluster tier's operator (conftest.RESYNC_S) and a margin.
+RESYNC_WAIT_S = 150.0
+
+
 def _install_routing_crds(api: Any) -> None:
     import kubernetes
 
@@ -191,7 +195,9 @@ def test_with_the_crds_every_routing_object_is_accepted_and_the_pools_parents_re
         condition = _condition(_status(api, namespace, "qwen"), "Routing")
         return condition if condition and condition["reason"] == "PoolAccepted" else None
 
-    condition = wait_for("Routing PoolAccepted", accepted, timeout_s=WAIT_S)
+    # The pool's watch event reconciles at once; should kopf's watch of the just-installed CRD
+    # start late, the next resync (120 s here) reads the pool from the API server.
+    condition = wait_for("Routing PoolAccepted", accepted, timeout_s=RESYNC_WAIT_S)
     assert condition["status"] == "True"
     assert _status(api, namespace, "qwen")["routing"]["parents"] == [
         {"gateway": "gateways/inference-gw", "accepted": "True", "resolvedRefs": "True"}]
@@ -202,7 +208,7 @@ def test_with_the_crds_every_routing_object_is_accepted_and_the_pools_parents_re
         condition = _condition(_status(api, namespace, "qwen"), "Routing")
         return condition if condition and condition["reason"] == "PoolNotAccepted" else None
 
-    condition = wait_for("Routing PoolNotAccepted", refused, timeout_s=WAIT_S)
+    condition = wait_for("Routing PoolNotAccepted", refused, timeout_s=RESYNC_WAIT_S)
     assert "no EPP Service answers" in condition["message"]
     assert _status(api, namespace, "qwen")["routing"]["resolvedRefs"] == "False"
     wait_for("a Warning Event", lambda: [e for e in core.list_namespaced_event(namespace).items

@@ -145,16 +145,20 @@ async def _autoscaling(ctx: OperatorContext, namespace: str, label: str, spec: A
     )
 
 
-def _routing(ctx: OperatorContext, name: str, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
-             missing: str | None, states: Mapping[str, Any]) -> RoutingObservation | None:
-    """spec.routing as made, with the live pool (the watches show it) and the pods' vLLM versions."""
+async def _routing(ctx: OperatorContext, name: str, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
+                   missing: str | None, states: Mapping[str, Any]) -> RoutingObservation | None:
+    """spec.routing as made, with the live pool and the pods' vLLM versions. The pool is read from
+    the API server: gateways write its status, and kopf's watch of a kind whose CRD was
+    installed after the operator started may begin late."""
 
     if not routing_enabled(spec):
         return None
     names = RoutingNames.for_resource(name)
     gateway = resolve_gateway(spec, ctx.settings)
     shown = f"{gateway.namespace or namespace}/{gateway.name}" if gateway is not None else None
-    pool = None if missing else ctx.cache.get(INFERENCE_POOL.kind, namespace, names.pool, label)
+    pool = None if missing else await ctx.kube.read(INFERENCE_POOL, namespace, names.pool)
+    if pool is not None:
+        ctx.cache.put(pool)
     versions = sorted({state.versions.get("vllm") for state in states.values()
                        if state is not None and state.versions.get("vllm")})
     return RoutingObservation(pool_name=names.pool, epp_name=names.epp, route_name=names.route if gateway else None,
@@ -293,7 +297,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         conflicts=tuple(conflicts),
         nodes_per_replica=spec.nodes_per_replica,
         autoscaling=await _autoscaling(ctx, namespace, label, spec, choice, children),
-        routing=_routing(ctx, name, namespace, label, spec, missing_routing, states),
+        routing=await _routing(ctx, name, namespace, label, spec, missing_routing, states),
         lws_missing=missing_lws,
         refused=str(refused) if refused is not None else None,
         workload=workload,
