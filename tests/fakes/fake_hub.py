@@ -27,6 +27,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 from urllib.parse import parse_qs, unquote, urlparse
 
 
@@ -73,8 +74,9 @@ class Recorded:
     authorization: str | None
 
 
-class FakeHub:
-    """``with FakeHub({"org/name": FakeRepo(...)}) as hub:`` then use ``hub.url`` as the endpoint."""
+class LocalHubServer:
+    """A threading HTTP server on 127.0.0.1 that hands each GET / HEAD to ``self._handle`` (the
+    fake hubs' shared part); ``with`` starts and stops it, ``url`` is its address."""
 
     def __init__(self, repos: dict[str, FakeRepo]) -> None:
         self.repos = repos
@@ -100,13 +102,20 @@ class FakeHub:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def __enter__(self) -> FakeHub:
+    def _handle(self, request: http.server.BaseHTTPRequestHandler, *, body: bool) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class FakeHub(LocalHubServer):
+    """``with FakeHub({"org/name": FakeRepo(...)}) as hub:`` then use ``hub.url`` as the endpoint."""
 
     def hold(self, filename: str) -> threading.Event:
         """GETs of ``filename`` send half its bytes, then wait for the returned event."""

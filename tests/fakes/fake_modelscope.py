@@ -36,49 +36,20 @@ import threading
 import uuid
 from urllib.parse import parse_qs, unquote, urlparse
 
-from fake_hub import FakeRepo, Recorded
+from fake_hub import FakeRepo, LocalHubServer, Recorded
 
 __all__ = ["FakeModelScope", "FakeRepo", "Recorded"]
 
 _PREFIX = "/api/v1/models/"
 
 
-class FakeModelScope:
+class FakeModelScope(LocalHubServer):
     """``with FakeModelScope({"org/name": FakeRepo(...)}) as hub:`` then ``hub.url`` is the endpoint."""
 
     def __init__(self, repos: dict[str, FakeRepo]) -> None:
-        self.repos = repos
-        self.requests: list[Recorded] = []
+        super().__init__(repos)
         self.unknown: list[str] = []
-        self._lock = threading.Lock()
-        self._held: dict[str, threading.Event] = {}
         self._failing: int | None = None
-        hub = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802
-                hub._handle(self, body=True)
-
-            def do_HEAD(self) -> None:  # noqa: N802
-                hub._handle(self, body=False)
-
-            def log_message(self, *_: object) -> None:
-                return
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> FakeModelScope:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
     def fail(self, status: int | None) -> None:
         """Answer every request with ``status`` (a hub outage: 503, say); None serves again."""
