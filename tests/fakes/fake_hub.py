@@ -113,27 +113,16 @@ class LocalHubServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-
-class FakeHub(LocalHubServer):
-    """``with FakeHub({"org/name": FakeRepo(...)}) as hub:`` then use ``hub.url`` as the endpoint."""
-
     def hold(self, filename: str) -> threading.Event:
         """GETs of ``filename`` send half its bytes, then wait for the returned event."""
         event = threading.Event()
         self._held[filename] = event
         return event
 
-    # -- what tests read ------------------------------------------------------------------
-    def file_downloads(self) -> list[Recorded]:
-        """The GETs of file contents (``/resolve/``)."""
-        with self._lock:
-            return [r for r in self.requests if r.method == "GET" and "/resolve/" in r.path]
-
     def count(self) -> int:
         with self._lock:
             return len(self.requests)
 
-    # -- serving --------------------------------------------------------------------------
     def _send(self, handler, status: int, payload: bytes = b"", headers: dict[str, str] | None = None,
               body: bool = True) -> None:
         handler.send_response(status)
@@ -144,6 +133,33 @@ class FakeHub(LocalHubServer):
         if body and payload:
             handler.wfile.write(payload)
 
+    def _send_held(self, handler, status: int, payload: bytes, headers: dict[str, str],
+                   held: threading.Event) -> None:
+        """Half of ``payload``, then the rest once ``held`` is set (a download caught mid-way)."""
+        handler.send_response(status)
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(payload)))
+        handler.end_headers()
+        half = len(payload) // 2
+        handler.wfile.write(payload[:half])
+        handler.wfile.flush()
+        held.wait(timeout=60)
+        handler.wfile.write(payload[half:])
+
+
+class FakeHub(LocalHubServer):
+    """``with FakeHub({"org/name": FakeRepo(...)}) as hub:`` then use ``hub.url`` as the endpoint."""
+
+
+    # -- what tests read ------------------------------------------------------------------
+    def file_downloads(self) -> list[Recorded]:
+        """The GETs of file contents (``/resolve/``)."""
+        with self._lock:
+            return [r for r in self.requests if r.method == "GET" and "/resolve/" in r.path]
+
+
+    # -- serving --------------------------------------------------------------------------
     def _error(self, handler, status: int, code: str | None, message: str, body: bool) -> None:
         headers = {"Content-Type": "application/json", "X-Error-Message": message}
         if code:
@@ -241,13 +257,4 @@ class FakeHub(LocalHubServer):
         if held is None:
             self._send(handler, status, payload, headers, body)
             return
-        handler.send_response(status)
-        for name, value in headers.items():
-            handler.send_header(name, value)
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        half = len(payload) // 2
-        handler.wfile.write(payload[:half])
-        handler.wfile.flush()
-        held.wait(timeout=60)
-        handler.wfile.write(payload[half:])
+        self._send_held(handler, status, payload, headers, held)

@@ -32,7 +32,6 @@ import hashlib
 import http.cookies
 import http.server
 import json
-import threading
 import uuid
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -55,11 +54,6 @@ class FakeModelScope(LocalHubServer):
         """Answer every request with ``status`` (a hub outage: 503, say); None serves again."""
         self._failing = status
 
-    def hold(self, filename: str) -> threading.Event:
-        """GETs of ``filename`` send half its bytes, then wait for the returned event."""
-        event = threading.Event()
-        self._held[filename] = event
-        return event
 
     # -- what tests read ------------------------------------------------------------------
     def file_downloads(self) -> list[Recorded]:
@@ -71,21 +65,8 @@ class FakeModelScope(LocalHubServer):
         with self._lock:
             return [r for r in self.requests if r.path.endswith("/repo/files")]
 
-    def count(self) -> int:
-        with self._lock:
-            return len(self.requests)
 
     # -- serving --------------------------------------------------------------------------
-    @staticmethod
-    def _send(handler, status: int, payload: bytes, headers: dict[str, str], body: bool) -> None:
-        handler.send_response(status)
-        for name, value in headers.items():
-            handler.send_header(name, value)
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        if body and payload:
-            handler.wfile.write(payload)
-
     def _json(self, handler, status: int, data: object, message: str, body: bool) -> None:
         envelope = {"Code": 200 if status == 200 else status, "Message": message,
                     "RequestId": uuid.uuid4().hex, "Success": status == 200}
@@ -183,13 +164,4 @@ class FakeModelScope(LocalHubServer):
         if not body or held is None:
             self._send(handler, status, payload, headers, body)
             return
-        handler.send_response(status)
-        for name, value in headers.items():
-            handler.send_header(name, value)
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        half = len(payload) // 2
-        handler.wfile.write(payload[:half])
-        handler.wfile.flush()
-        held.wait(timeout=60)
-        handler.wfile.write(payload[half:])
+        self._send_held(handler, status, payload, headers, held)
