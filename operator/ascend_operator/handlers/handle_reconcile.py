@@ -238,12 +238,12 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                 # New pods start only from a complete cache; pods already running stay as they are.
                 workload = ctx.cache.get(workload_kind, namespace, child["metadata"]["name"], label)
                 continue
-            known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
             try:
-                if child is children.cache_claim:
+                if child is children.cache_claim:  # not watched: ensure_claim reads it
                     result = await handle_cache.ensure_claim(ctx, body, children, label)
                     assert result is not None
                 else:
+                    known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
                     result = await ctx.kube.ensure(child, uid, known)
             except NamespaceTerminating:
                 # The namespace (and so this resource) is going: a child deleted by it is not
