@@ -69,6 +69,14 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
 
 @dataclass(frozen=True)
+class ListPage:
+    """One page of a list: its objects and the list's ``resourceVersion`` (to watch from)."""
+
+    items: list[dict[str, Any]]
+    resource_version: str | None
+
+
+@dataclass(frozen=True)
 class ChildKind:
     """A kind of child object and the client methods that serve it."""
 
@@ -130,22 +138,34 @@ REFUSED_STATUSES: Final = frozenset({400, 403, 409, 422})
 #: combination, and ``ascend_operator.rbac`` must grant exactly these (a unit test compares).
 #: ``create`` beside ``patch``: server-side apply of a missing object is authorized as create.
 API_VERBS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
-    **{(kind.group, kind.plural): frozenset({"get", "list", "create", "patch", "delete"}) for kind in CHILD_KINDS},
+    # watch: ascend_operator.reflector (label-filtered list-then-watch of every child kind and the pods).
+    **{(kind.group, kind.plural): frozenset({"get", "list", "watch", "create", "patch", "delete"})
+       for kind in CHILD_KINDS},
     ("", "persistentvolumeclaims"): frozenset({"get", "create", "patch"}),
-    ("", "pods"): frozenset({"list"}),
+    ("", "pods"): frozenset({"list", "watch"}),
     ("", "pods/proxy"): frozenset({"get"}),
     (GROUP, f"{PLURAL}/status"): frozenset({"patch"}),
     # Not a call: the API server checks it when a child's owner reference sets blockOwnerDeletion.
     (GROUP, f"{PLURAL}/finalizers"): frozenset({"update"}),
 }
 
-_METHOD_PREFIX = {
-    "get": "read_namespaced_",  # ``get_namespaced_custom_object`` for custom resources
-    "list": "list_namespaced_",
-    "create": "create_namespaced_",  # reached through server-side apply (see API_VERBS)
-    "patch": "patch_namespaced_",
-    "delete": "delete_namespaced_",
-}
+_HTTP_METHOD = {"get": "GET", "list": "GET", "patch": "PATCH", "delete": "DELETE"}
+
+
+def kind_path(kind: ChildKind, namespace: str | None, name: str | None = None) -> str:
+    """The API path of ``kind``'s collection in ``namespace`` (None: every namespace), or of ``name``."""
+
+    prefix = "/api/v1" if not kind.group else f"/apis/{kind.api_version}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{prefix}{scope}/{kind.plural}" + (f"/{name}" if name else "")
+
+
+def _timeout(value: float | tuple[float, float] | None) -> urllib3.Timeout | None:
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return urllib3.Timeout(connect=value[0], read=value[1])
+    return urllib3.Timeout(total=value)
 
 
 class Outcome(str, enum.Enum):
@@ -273,28 +293,49 @@ class Kube:
     def _api(self, name: str) -> Any:
         return self._apis[name]
 
-    async def _call(self, kind: ChildKind, verb: str, namespace: str, name: str | None = None, *args: Any,
-                    resource: str | None = None, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, query: Sequence[tuple[str, str]] = (), *,
+                 body: str | None = None, content_type: str | None = None,
+                 timeout: float | tuple[float, float] | None = None, stream: bool = False) -> Any:
+        """One HTTP request through the client's connection pool and credentials (blocking: run it
+        in a worker thread). The typed API methods validate every argument with pydantic, which at
+        1,000 resources cost a sixth of the operator's CPU (bench/README.md); the paths here are
+        built from a :class:`ChildKind` instead. Returns the parsed JSON body (``None`` if empty),
+        or the open response when ``stream``; an error status raises :class:`ApiException`."""
+
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        method, url, headers, _, _ = self._client.param_serialize(
+            method=method, resource_path=path, query_params=list(query), header_params=headers,
+            auth_settings=["BearerToken"])
+        response = self._client.rest_client.pool_manager.request(
+            method, url, headers=headers, body=body.encode("utf-8") if body is not None else None,
+            preload_content=not stream,
+            timeout=_timeout(timeout), retries=False)
+        if response.status >= 400:
+            data = response.data if not stream else response.read()
+            response.release_conn()
+            raise ApiException(status=response.status, reason=response.reason,
+                               body=data.decode("utf-8", "replace") if isinstance(data, bytes) else data)
+        if stream:
+            return response
+        return json.loads(response.data) if response.data else None
+
+    async def _call(self, kind: ChildKind, verb: str, namespace: str, name: str | None = None, *,
+                    resource: str | None = None, query: Sequence[tuple[str, str]] = (),
+                    timeout: float | None = None) -> Any:
         """Call ``verb`` on ``kind`` (``name`` None: the collection); returns the decoded JSON body
-        (raw, camelCase). ``args`` follow the name (a patch body, the proxy path)."""
+        (raw, camelCase). ``resource`` ``pods/proxy``: ``name`` is ``<pod>:<port>/<path>``."""
 
         plural = resource or kind.plural
         if verb not in API_VERBS.get((kind.group, plural), frozenset()):
             raise PermissionError(f"{verb} on {plural} is not declared in k8s.API_VERBS (nor granted by rbac.py)")
-        named = (name,) if name is not None else ()
         if resource == "pods/proxy":
-            method = self._api(kind.api).connect_get_namespaced_pod_proxy_with_path
-            call_args: tuple[Any, ...] = (*named, namespace, *args)
-        elif kind.custom:
-            prefix = "get_namespaced_" if verb == "get" else _METHOD_PREFIX[verb]
-            method = getattr(self._api(kind.api), prefix + kind.method_suffix)
-            call_args = (kind.group, kind.version, namespace, kind.plural, *named, *args)
+            pod, _, path = (name or "").partition("/")
+            url = f"{kind_path(kind, namespace)}/{pod}/proxy/{path}"
         else:
-            method = getattr(self._api(kind.api), _METHOD_PREFIX[verb] + kind.method_suffix)
-            call_args = (*named, namespace, *args)
-        response = await self._in_thread(method, *call_args, _preload_content=False, **kwargs)
-        data = response.data
-        return json.loads(data) if data else None
+            url = kind_path(kind, namespace, name)
+        return await self._in_thread(self._request, _HTTP_METHOD[verb], url, query, timeout=timeout)
 
     # ------------------------------------------------------------------ children
 
@@ -311,7 +352,7 @@ class Kube:
         (a CRD not installed: the API server answers 404 for the whole collection)."""
 
         try:
-            body = await self._call(kind, "list", namespace, label_selector=selector)
+            body = await self._call(kind, "list", namespace, query=[("labelSelector", selector)])
         except ApiException as error:
             if error.status == 404 and kind.custom:
                 return []
@@ -322,41 +363,47 @@ class Kube:
             item.setdefault("kind", kind.kind)
         return items
 
+    def _collection(self, kind: ChildKind, verb: str, namespace: str | None) -> str:
+        """The path that lists (or watches) ``kind`` in ``namespace`` (None: every namespace)."""
+
+        if verb not in API_VERBS.get((kind.group, kind.plural), frozenset()):
+            raise PermissionError(f"{verb} on {kind.plural} is not declared in k8s.API_VERBS")
+        return kind_path(kind, namespace)
+
     async def list_pages(self, kind: ChildKind, namespace: str | None, selector: str,
-                         page: int = 250) -> AsyncIterator[list[dict[str, Any]]]:
+                         page: int = 250) -> AsyncIterator[ListPage]:
         """Objects of ``kind`` matching ``selector`` in ``namespace`` (None: every namespace), a page
         at a time (at most ``page`` objects parsed at once); nothing when the kind is not served."""
 
-        if "list" not in API_VERBS.get((kind.group, kind.plural), frozenset()):
-            raise PermissionError(f"list on {kind.plural} is not declared in k8s.API_VERBS")
-        api = self._api(kind.api)
-        if kind.custom:
-            method, args = ((api.list_cluster_custom_object, (kind.group, kind.version, kind.plural))
-                            if namespace is None else
-                            (api.list_namespaced_custom_object, (kind.group, kind.version, namespace, kind.plural)))
-        elif namespace is None:
-            method, args = getattr(api, f"list_{kind.method_suffix}_for_all_namespaces"), ()
-        else:
-            method, args = getattr(api, f"list_namespaced_{kind.method_suffix}"), (namespace,)
+        path = self._collection(kind, "list", namespace)
         token: str | None = None
         while True:
-            extra = {"_continue": token} if token else {}
+            query = [("labelSelector", selector), ("limit", str(page)), *([("continue", token)] if token else [])]
             try:
-                response = await self._in_thread(method, *args, label_selector=selector, limit=page,
-                                                 _preload_content=False, **extra)
+                body = await self._in_thread(self._request, "GET", path, query) or {}
             except ApiException as error:
                 if error.status == 404 and kind.custom:
                     return
                 raise
-            body = json.loads(response.data) if response.data else {}
             items = body.get("items") or []
             for item in items:  # list items carry no kind of their own
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
-            yield items
-            token = (body.get("metadata") or {}).get("continue")
+            meta = body.get("metadata") or {}
+            yield ListPage(items, meta.get("resourceVersion") or None)
+            token = meta.get("continue")
             if not token:
                 return
+
+    def watch_request(self, kind: ChildKind, namespace: str | None, selector: str, version: str,
+                      server_timeout_s: int, request_timeout: tuple[float, float]) -> Any:
+        """Open a watch of ``kind`` from ``version`` with bookmarks (blocking: the reflector calls it
+        in its own thread); the streaming HTTP response, or :class:`ApiException` for an error status."""
+
+        path = self._collection(kind, "watch", namespace)
+        query = [("labelSelector", selector), ("watch", "true"), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(server_timeout_s)), *([("resourceVersion", version)] if version else [])]
+        return self._request("GET", path, query, timeout=request_timeout, stream=True)
 
     async def apply(self, kind: ChildKind, child: Mapping[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply (``dry_run``: validated and admitted, not stored); a refusal of the
@@ -370,22 +417,11 @@ class Kube:
         meta = child["metadata"]
         if "patch" not in API_VERBS.get((kind.group, kind.plural), frozenset()):
             raise PermissionError(f"patch on {kind.plural} is not declared in k8s.API_VERBS")
-        prefix = "/api/v1" if not kind.group else f"/apis/{kind.api_version}"
-        path = f"{prefix}/namespaces/{meta['namespace']}/{kind.plural}/{meta['name']}"
-        method, url, headers, body, post_params = self._client.param_serialize(
-            method="PATCH", resource_path=path,
-            query_params=[("fieldManager", self._field_manager), ("force", "true"),
-                          *([("dryRun", "All")] if dry_run else [])],
-            header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
-            body=json.dumps(dict(child), ensure_ascii=False), auth_settings=["BearerToken"],
-        )
+        path = kind_path(kind, meta["namespace"], meta["name"])
+        query = [("fieldManager", self._field_manager), ("force", "true"), *([("dryRun", "All")] if dry_run else [])]
         try:
-            response = await self._in_thread(self._client.call_api, method, url, header_params=headers,
-                                             body=body, post_params=post_params)
-            response.read()
-            if response.status >= 400:
-                raise ApiException(http_resp=response)
-            return json.loads(response.data)
+            return await self._in_thread(self._request, "PATCH", path, query, content_type=APPLY_CONTENT_TYPE,
+                                         body=json.dumps(dict(child), ensure_ascii=False))
         except ApiException as error:
             if error.status == 403 and _namespace_terminating(error):
                 raise NamespaceTerminating(meta["namespace"]) from error
@@ -429,7 +465,7 @@ class Kube:
         """Delete one child; ``False`` when it was already gone."""
 
         try:
-            await self._call(kind, "delete", namespace, name, propagation_policy="Background")
+            await self._call(kind, "delete", namespace, name, query=[("propagationPolicy", "Background")])
         except ApiException as error:
             if error.status == 404:
                 return False
@@ -493,18 +529,15 @@ class Kube:
         resource = f"{PLURAL}/status"
         if "patch" not in API_VERBS[(GROUP, resource)]:
             raise PermissionError(f"patch on {resource} is not declared in k8s.API_VERBS")
-        api = self._api("CustomObjectsApi")
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
         try:
-            response = await self._in_thread(
-                api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, PLURAL, name,
-                {"status": dict(patch)}, field_manager=self._field_manager,
-                _content_type="application/merge-patch+json", _preload_content=False,
-            )
+            return await self._in_thread(self._request, "PATCH", path, [("fieldManager", self._field_manager)],
+                                         body=json.dumps({"status": dict(patch)}, ensure_ascii=False),
+                                         content_type="application/merge-patch+json")
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
-        return json.loads(response.data)
 
     # ------------------------------------------------------------------ pods and runtime state
 
@@ -539,8 +572,8 @@ class Kube:
                 if not pod_ip:
                     return None
                 return model.model_validate(await self._get_direct(pod_ip, port, path))
-            body = await self._call(POD, "get", namespace, f"{pod}:{port}", path, resource="pods/proxy",
-                                    _request_timeout=self._state_timeout_s)
+            body = await self._call(POD, "get", namespace, f"{pod}:{port}/{path}", resource="pods/proxy",
+                                    timeout=self._state_timeout_s)
             return model.model_validate(body)
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             logger.debug("%s of pod %s/%s not readable at %s: %s", path, namespace, pod, pod_ip, error)

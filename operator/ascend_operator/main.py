@@ -2,15 +2,15 @@
 
 Run with ``ascend-llm operator run`` (or ``kopf run -m ascend_operator.main``).
 
-kopf is used for what it does well: watching (with server-side label selectors), re-listing
-after a dropped watch, Events and the liveness endpoint (leader election is
-``ascend_operator.leader``'s). Every handler is an
-``on.event`` handler, which writes nothing to the resource: no diff-base annotation and no
-finalizer, so deleting a resource (or its namespace) never waits for a running operator. The
-events feed a keyed work queue (``ascend_operator.workqueue``) that runs the level-based reconcile,
-one at a time per resource, with requeue timers for the resync and backoff for failures. The
-event handlers are coroutines: kopf runs plain functions in threads, and the queue is not
-thread-safe.
+kopf is used for what it does well: watching the resources, re-listing after a dropped watch,
+Events and the liveness endpoint (leader election is ``ascend_operator.leader``'s; the children
+and pods are watched by ``ascend_operator.reflector``, lighter than kopf's per-object workers).
+The one handler of the resources is an ``on.event`` handler, which writes nothing to the
+resource: no diff-base annotation and no finalizer, so deleting a resource (or its namespace)
+never waits for a running operator. The events feed a keyed work queue
+(``ascend_operator.workqueue``) that runs the level-based reconcile, one at a time per resource,
+with requeue timers for the resync and backoff for failures. The event handler is a coroutine:
+kopf runs plain functions in threads, and the queue is not thread-safe.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import kopf
 
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.handlers import context, handle_events, handle_startup
-from ascend_operator.k8s import WATCHED_KINDS
 
 
 @kopf.on.startup()
@@ -44,14 +43,3 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def resource_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
     handle_events.resource_event(context(memo), type, body)
-
-
-async def _child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
-    handle_events.child_event(context(memo), type, body)
-
-
-# Children and pods: the API server filters the watches by the resource label (see
-# handle_startup.configure), so only the operator's own objects reach these handlers, which keep
-# the operator's view of them (ascend_operator.watchcache) current.
-for _kind in WATCHED_KINDS:
-    kopf.on.event(_kind.api_version, _kind.plural, id=f"watch-{_kind.plural}")(_child_event)

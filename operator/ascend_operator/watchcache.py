@@ -1,10 +1,10 @@
 """The children and pods of the resources, as the watches and the operator's own writes show them.
 
 The start-up handler fills the cache with one paged list per watched kind (filtered by the
-resource label on the server) before kopf starts watching, so even the first reconcile after a
-start sees every child and pod: a pass reads no child and no pod from the API server, and a
-restart with everything present writes nothing. From then on kopf's watch events and the
-responses to the operator's own applies keep it current; the newer ``resourceVersion`` wins, so
+resource label on the server) before the queue runs, so even the first reconcile after a start
+sees every child and pod: a pass reads no child and no pod from the API server, and a restart
+with everything present writes nothing. From then on the reflectors' watch events
+(``ascend_operator.reflector``) and the responses to the operator's own applies keep it current; the newer ``resourceVersion`` wins, so
 a late watch event never hides our own write (which a pass would take for drift) and a DELETED
 event removes the object.
 
@@ -93,6 +93,17 @@ class WatchCache:
         self._groups.setdefault((kind, namespace, label), {})[name] = (version, text)
         self._labels[kind, namespace, name] = label
         return True
+
+    def version(self, kind: str, namespace: str, name: str) -> int | None:
+        """The ``resourceVersion`` held for the object, if any."""
+
+        label = self._labels.get((kind, namespace, name))
+        entry = self._groups.get((kind, namespace, label), {}).get(name) if label is not None else None
+        return entry[0] if entry is not None else None
+
+    def entries(self, kind: str) -> list[tuple[str, str, str]]:
+        """``(namespace, name, label value)`` of every ``kind`` object held."""
+        return [(namespace, name, label) for (k, namespace, name), label in self._labels.items() if k == kind]
 
     def remove(self, kind: str, namespace: str, name: str) -> None:
         """The object is gone (its DELETED event, or our own delete)."""

@@ -136,9 +136,17 @@ def wait_children_match(api: Any, children: list[dict[str, Any]]) -> None:
 
 
 def wait_quiet(api: Any, seconds: float = 3.0) -> None:
-    """Wait until the operator has not written for ``seconds`` (it converged)."""
+    """Wait until no namespace is terminating (an earlier test's: deleting its pods makes the
+    operator write their resources' status) and the operator has not written for ``seconds``."""
+
+    import kubernetes
 
     deadline = time.monotonic() + WAIT_QUIET_MAX_S
+    core = kubernetes.client.CoreV1Api(api)
+    while any(ns.status.phase == "Terminating" for ns in core.list_namespace().items):
+        if time.monotonic() > deadline:
+            pytest.fail("a namespace kept terminating")
+        time.sleep(0.5)
     last = writes(api)
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:

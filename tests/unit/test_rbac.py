@@ -82,12 +82,16 @@ def test_every_verb_k8s_py_calls_is_declared_and_every_declared_verb_is_called()
                 assert verb in k8s.API_VERBS[(kind.group, kind.plural)], f"{verb} on {kind.plural} is not declared"
     called = {verb for name, verb in calls if name != "POD"}
     # Server-side apply sends its PATCH itself (Kube.apply: unescaped text), after the same check.
-    assert 'method="PATCH"' in source and '"patch" not in API_VERBS.get((kind.group, kind.plural)' in source
+    assert 'self._request, "PATCH", path, query, content_type=APPLY_CONTENT_TYPE' in source and '"patch" not in API_VERBS.get((kind.group, kind.plural)' in source
     called.add("patch")
+    # The reflectors' watches go through the same check (Kube.watch_request), for children and pods.
+    assert '_collection(kind, "watch", namespace)' in source
+    assert "watch" in k8s.API_VERBS[("", "pods")]
+    called.add("watch")
     # create is reached through server-side apply (a PATCH that creates the object), not a _call site.
     for kind in k8s.CHILD_KINDS:
         assert k8s.API_VERBS[(kind.group, kind.plural)] == called | {"create"}
-    assert "def patch_status" in source and "patch_namespaced_custom_object_status" in source
+    assert "def patch_status" in source and '{PLURAL}/{name}/status"' in source
 
 
 def test_scopes() -> None:

@@ -64,14 +64,6 @@ def test_idle_kopf_workers_exit_soon_so_a_start_up_listing_does_not_keep_every_b
     assert settings.watching.chunk_size is not None  # kopf lists in pages, not whole
 
 
-def test_the_start_up_listing_covers_the_watched_namespaces() -> None:
-    from ascend_operator.handlers.handle_startup import _listed_namespaces
-
-    assert _listed_namespaces([]) == [None]  # the whole cluster
-    assert _listed_namespaces(["llm", "team-b"]) == ["llm", "team-b"]
-    assert _listed_namespaces(["op-*"]) == [None]  # a pattern: every namespace, filtered
-
-
 def test_kopf_builds_no_diff_base_essence_for_the_event_handlers() -> None:
     from ascend_operator.handlers.handle_startup import NoDiffBase
 

@@ -6,8 +6,9 @@
 
 :class:`OperatorContext` is what the startup handler puts into kopf's operator-level memo
 (``memo.ascend``): the settings, the one API connection, the store of resource bodies, the
-children and pods the watches show (kopf's indices) and the work queue. kopf only feeds events in; every reconcile runs from the queue, one at a time per
-resource, so no kopf state (annotations, finalizers) is ever written to a resource.
+children and pods the reflectors show (the watch cache) and the work queue. kopf feeds the
+resources' events in; every reconcile runs from the queue, one at a time per resource, so no
+kopf state (annotations, finalizers) is ever written to a resource.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from ascend_operator.k8s import Kube
+from ascend_operator.reflector import Reflectors
 from ascend_operator.settings import OperatorSettings
 from ascend_operator.store import ResourceStore
 from ascend_operator.watchcache import WatchCache
@@ -36,6 +38,8 @@ class OperatorContext:
     cache: WatchCache = field(default_factory=WatchCache)
     #: Set by the startup handler once the event loop runs (its worker needs this context).
     queue: WorkQueue | None = None
+    #: The list-then-watch streams of the children and pods (set by the startup handler).
+    reflectors: Reflectors | None = None
 
     @property
     def work(self) -> WorkQueue:

@@ -4,8 +4,8 @@
   is one the store already has (the echo of our own status write: same ``resourceVersion``).
   ``DELETED`` forgets it: the children carry owner references and the garbage collector removes
   them, so nothing has to run before the object goes (and no finalizer holds it).
-- An event of a child or pod (label ``llm.ascend.dev/deployment``, filtered by the API server)
-  updates the watch cache and requests the reconcile of the resource it belongs to, after
+- An event of a child or pod (label ``llm.ascend.dev/deployment``, filtered by the API server;
+  from ``ascend_operator.reflector``, ``None`` for an object a list returned) updates the watch cache and requests the reconcile of the resource it belongs to, after
   :data:`CHILD_DEBOUNCE_S`, so a rollout's burst of pod events costs one reconcile: drift is
   repaired and status follows within about a second. Status-only changes of children whose status
   the reconcile does not read (:data:`STATUS_UNREAD`) request nothing.
@@ -55,6 +55,13 @@ def _status_only(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
                                                             "ownerReferences", "deletionTimestamp"))
 
 
+def _version(body: Mapping[str, Any]) -> int | None:
+    try:
+        return int((body.get("metadata") or {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
 def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str, Any]) -> None:
     meta = body.get("metadata") or {}
     value = (meta.get("labels") or {}).get(RESOURCE_LABEL)
@@ -64,6 +71,8 @@ def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str,
         return
     if event_type == "DELETED":
         ctx.cache.remove(kind, namespace, name)
+    elif event_type is None and ctx.cache.version(kind, namespace, name) == _version(body):
+        return  # listed again, unchanged (a re-list after a dropped watch)
     else:
         old = ctx.cache.get(kind, namespace, name, value) if kind in STATUS_UNREAD else None
         if not ctx.cache.put(body) and kind and name:

@@ -1,6 +1,6 @@
 """Operator start-up: kopf's settings, the operator settings (loaded once), the API connection,
-the resource store, the watch cache (filled by one list per kind before kopf watches) and the
-work queue that runs the reconciles.
+the resource store, the watch cache (filled by one list per kind and namespace, then kept current
+by the reflectors of ``ascend_operator.reflector``) and the work queue that runs the reconciles.
 
 The operator settings come from the environment (:func:`ascend_operator.settings.load_settings`),
 or from kopf's operator memo under :data:`SETTINGS_KEY` when the embedding code (the tests) put
@@ -10,9 +10,8 @@ them there. Whichever runs first, login or start-up, loads them and stores them 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import logging
-import os
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -20,10 +19,10 @@ from ascend_runtime import redact
 
 from ascend_operator import allocator
 from ascend_operator.api import GROUP
-from ascend_operator.builders.common import RESOURCE_LABEL
-from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_reconcile
+from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_events, handle_reconcile
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
 from ascend_operator.leader import LeaderElector, LeaseTiming, own_namespace
+from ascend_operator.reflector import Reflector, Reflectors, ReflectorTiming, scopes
 from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
 
@@ -111,10 +110,6 @@ def tune_kopf(settings: kopf.OperatorSettings, ops: OperatorSettings) -> bool:
     # kopf lists each watched kind whole before it watches (its default); at 1,000 resources
     # that is several lists of megabytes parsed at once. In pages, like the watch cache's prefill.
     settings.watching.chunk_size = LIST_PAGE
-    # Children and pods are watched by their resource label, filtered by the API server: the
-    # operator never sees (nor holds in memory) another workload's pods or ConfigMaps.
-    for kind in WATCHED_KINDS:
-        settings.watching.label_selectors[kind.api_version, kind.plural] = RESOURCE_LABEL
     # One active operator at a time: replicas elect a leader with a Lease (ascend_operator.leader),
     # unless the settings or the command line (--standalone) say the operator runs alone. kopf's
     # own peering stays off either way: it pauses kopf's watches, not the operator's work queue.
@@ -162,35 +157,27 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
                 ops.resync_interval_s, "on" if elect else "off (standalone)")
 
 
-def _listed_namespaces(patterns: list[str]) -> list[str | None]:
-    """Where to list: each watched namespace by name, or every namespace (None) when the operator
-    watches the whole cluster or a pattern (kopf's globs)."""
-    if not patterns or any(set(p) & set("*?[!") for p in patterns):
-        return [None]
-    return list(patterns)
+def reflectors(ctx: OperatorContext) -> Reflectors:
+    """One reflector per watched kind and namespace, feeding the watch cache and the queue."""
+
+    def sink(event_type: str | None, body: Mapping[str, Any]) -> None:
+        handle_events.child_event(ctx, event_type, body)
+
+    timing = ReflectorTiming(server_timeout_s=WATCH_SERVER_TIMEOUT_S, client_grace_s=WATCH_CLIENT_TIMEOUT_S - WATCH_SERVER_TIMEOUT_S,
+                             connect_timeout_s=CONNECT_TIMEOUT_S, page=LIST_PAGE)
+    return Reflectors([Reflector(scope, ctx.kube, ctx.cache, sink, timing)
+                       for scope in scopes(WATCHED_KINDS, ctx.settings.namespaces)])
 
 
 async def prefill(ctx: OperatorContext, logger: logging.Logger) -> None:
-    """Fill the watch cache with every child and pod before kopf watches (a paged list per kind
-    and namespace), so the first passes after a start see them all and write nothing. A list that
-    fails leaves its part to the watches (a pass then reads a missing child from the API)."""
+    """Fill the watch cache with every child and pod (a paged list per kind and namespace), then
+    start watching from those lists: the first passes after a start see them all and write
+    nothing. A list that fails is retried by its reflector (a pass reads a missing child from the API)."""
 
-    patterns = ctx.settings.namespaces
-    wanted = _listed_namespaces(patterns)
-    for kind in WATCHED_KINDS:
-        for namespace in wanted:
-            try:
-                async for items in ctx.kube.list_pages(kind, namespace, RESOURCE_LABEL, page=LIST_PAGE):
-                    for item in items:
-                        item_ns = (item.get("metadata") or {}).get("namespace") or ""
-                        if namespace is None and patterns and not any(fnmatch.fnmatchcase(item_ns, p)
-                                                                      for p in patterns):
-                            continue
-                        ctx.cache.put(item)
-            except Exception as error:  # noqa: BLE001  (the watches fill in what a list missed)
-                logger.warning("listing %s%s at start-up failed (%s); the watches will fill them in",
-                               kind.plural, f" in {namespace}" if namespace else "", error)
+    ctx.reflectors = reflectors(ctx)
+    await ctx.reflectors.list_all()
     logger.info("watch cache filled: %d children and pods", len(ctx.cache))
+    ctx.reflectors.start()
 
 
 def login(memo: kopf.Memo, logger: logging.Logger, settings: kopf.OperatorSettings,
@@ -221,6 +208,8 @@ async def cleanup(memo: kopf.Memo) -> None:
         task.cancel()
     if MEMO_KEY in memo:
         ctx = context(memo)
+        if ctx.reflectors is not None:
+            await ctx.reflectors.stop()
         if ctx.queue is not None:
             await ctx.queue.stop()
         ctx.kube.close()
