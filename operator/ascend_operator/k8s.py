@@ -15,8 +15,10 @@ the API error policy lives in one place:
   quota) is reported as :class:`ChildRefused` with the server's message, which names the field.
 - A child that exists but is not owned by the resource (no owner reference with its uid) is never
   touched: :meth:`Kube.ensure` reports a conflict instead.
-- Custom-resource children (LeaderWorkerSet, KEDA ScaledObject, InferencePool, HTTPRoute) go through ``CustomObjectsApi``;
-  listing a kind whose API the cluster does not serve gives no items (nothing of it can exist).
+- Requests are built from a :class:`ChildKind` (path, verb) and sent through the client's
+  connection pool and credentials (:meth:`Kube._request`), not through the typed API classes,
+  which validate every argument with pydantic; listing a custom kind whose CRD the cluster does
+  not serve (LeaderWorkerSet, KEDA ScaledObject, InferencePool, HTTPRoute) gives no items.
 - 404 on delete is success (already gone). Pod state reads that fail for any reason (no pod IP
   yet, runtime not listening, timeout, malformed answer) give ``None`` ("unknown"), logged at debug.
 
@@ -83,8 +85,8 @@ class ChildKind:
     kind: str
     api_version: str
     plural: str
-    api: str  # the client's API class
-    method_suffix: str  # ``create_namespaced_<suffix>`` and friends
+    #: A custom resource (a CRD's kind): a 404 for its collection means the CRD is not installed.
+    custom: bool = False
 
     @property
     def group(self) -> str:
@@ -95,36 +97,26 @@ class ChildKind:
     def version(self) -> str:
         return self.api_version.rpartition("/")[2]
 
-    @property
-    def custom(self) -> bool:
-        """Served by ``CustomObjectsApi`` (group, version and plural are call arguments)."""
-        return self.api == "CustomObjectsApi"
 
 
-CONFIGMAP = ChildKind("ConfigMap", "v1", "configmaps", "CoreV1Api", "config_map")
-SERVICE = ChildKind("Service", "v1", "services", "CoreV1Api", "service")
-DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments", "AppsV1Api", "deployment")
-PDB = ChildKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", "PolicyV1Api", "pod_disruption_budget")
-LEADERWORKERSET = ChildKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "leaderworkersets",
-                            "CustomObjectsApi", "custom_object")
-HPA = ChildKind("HorizontalPodAutoscaler", "autoscaling/v2", "horizontalpodautoscalers", "AutoscalingV2Api",
-                "horizontal_pod_autoscaler")
-SCALED_OBJECT = ChildKind("ScaledObject", "keda.sh/v1alpha1", "scaledobjects", "CustomObjectsApi", "custom_object")
-POD = ChildKind("Pod", "v1", "pods", "CoreV1Api", "pod")
-JOB = ChildKind("Job", "batch/v1", "jobs", "BatchV1Api", "job")
+CONFIGMAP = ChildKind("ConfigMap", "v1", "configmaps")
+SERVICE = ChildKind("Service", "v1", "services")
+DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments")
+PDB = ChildKind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")
+LEADERWORKERSET = ChildKind("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "leaderworkersets", custom=True)
+HPA = ChildKind("HorizontalPodAutoscaler", "autoscaling/v2", "horizontalpodautoscalers")
+SCALED_OBJECT = ChildKind("ScaledObject", "keda.sh/v1alpha1", "scaledobjects", custom=True)
+POD = ChildKind("Pod", "v1", "pods")
+JOB = ChildKind("Job", "batch/v1", "jobs")
 #: The model cache's claim: applied, never pruned (kept when the resource goes, unless owned).
-PVC = ChildKind("PersistentVolumeClaim", "v1", "persistentvolumeclaims", "CoreV1Api",
-                "persistent_volume_claim")
+PVC = ChildKind("PersistentVolumeClaim", "v1", "persistentvolumeclaims")
 
 # spec.routing (builders/routing.py): the Endpoint Picker's identity and rights, the pool, the route.
-SERVICE_ACCOUNT = ChildKind("ServiceAccount", "v1", "serviceaccounts", "CoreV1Api", "service_account")
-ROLE = ChildKind("Role", "rbac.authorization.k8s.io/v1", "roles", "RbacAuthorizationV1Api", "role")
-ROLE_BINDING = ChildKind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings", "RbacAuthorizationV1Api",
-                         "role_binding")
-INFERENCE_POOL = ChildKind("InferencePool", "inference.networking.k8s.io/v1", "inferencepools", "CustomObjectsApi",
-                           "custom_object")
-HTTP_ROUTE = ChildKind("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes", "CustomObjectsApi",
-                       "custom_object")
+SERVICE_ACCOUNT = ChildKind("ServiceAccount", "v1", "serviceaccounts")
+ROLE = ChildKind("Role", "rbac.authorization.k8s.io/v1", "roles")
+ROLE_BINDING = ChildKind("RoleBinding", "rbac.authorization.k8s.io/v1", "rolebindings")
+INFERENCE_POOL = ChildKind("InferencePool", "inference.networking.k8s.io/v1", "inferencepools", custom=True)
+HTTP_ROUTE = ChildKind("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes", custom=True)
 
 CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT, JOB,
                       SERVICE_ACCOUNT, ROLE, ROLE_BINDING, INFERENCE_POOL, HTTP_ROUTE)
@@ -267,11 +259,7 @@ class Kube:
         self._field_manager = field_manager
         self._state_timeout_s = state_timeout_s
         # Built now, at start-up: the first use of an API class costs about a second of imports.
-        self._apis: dict[str, Any] = {
-            name: getattr(kubernetes.client, name)(api_client)
-            for name in ("CoreV1Api", "AppsV1Api", "BatchV1Api", "PolicyV1Api", "AutoscalingV2Api",
-                         "RbacAuthorizationV1Api", "CustomObjectsApi", "ApisApi")
-        }
+        self._apis: dict[str, Any] = {"ApisApi": kubernetes.client.ApisApi(api_client)}
         #: (monotonic time of the read, the served group/versions) of the last discovery.
         self._served: tuple[float, frozenset[str]] | None = None
         self._discovery_lock = asyncio.Lock()

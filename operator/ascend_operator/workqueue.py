@@ -9,11 +9,18 @@ change seen mid-reconcile is never lost, and a burst of events costs one reconci
 The worker returns when it wants to run again (``requeue_after`` seconds: short while replicas
 start, the resync interval when steady). A worker that raises is retried with exponential
 backoff (``backoff_base_s`` doubling up to ``backoff_max_s``); a success resets it.
+
+A request is :attr:`Urgency.SPEC` (a resource created or changed: a spec to apply) or
+:attr:`Urgency.REFRESH` (its children or pods changed, a resync, a retry). When every slot is
+busy, due SPEC keys start before due REFRESH keys (like controller-runtime's priority queue),
+and while any SPEC run is in progress at most ``refresh_while_spec`` REFRESH runs go at once:
+1,000 resources applied at once get their children before the earlier ones' pods are followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import heapq
 import itertools
 import logging
@@ -26,9 +33,19 @@ logger = logging.getLogger(__name__)
 Worker = Callable[[str], Awaitable[float | None]]
 
 
+class Urgency(enum.IntEnum):
+    """What a request is for; lower runs first when slots are short."""
+
+    SPEC = 0
+    REFRESH = 1
+
+
 @dataclass(frozen=True)
 class QueueSettings:
     concurrency: int = 8
+    #: REFRESH runs at once while a SPEC run is in progress: status refreshes yield the API
+    #: server to the specs still to apply (their writes cost it more than ours do).
+    refresh_while_spec: int = 4
     backoff_base_s: float = 1.0
     backoff_max_s: float = 300.0
 
@@ -41,48 +58,56 @@ class WorkQueue:
         self._worker = worker
         self._settings = settings or QueueSettings()
         self._clock = clock
-        self._due: dict[str, float] = {}  # key -> when it should run (queued keys only)
-        self._heap: list[tuple[float, int, str]] = []
+        #: key -> (when it should run, urgency) (queued keys only).
+        self._due: dict[str, tuple[float, Urgency]] = {}
+        #: Entries (when, urgency, order, key); superseded ones are skipped when popped.
+        self._timers: list[tuple[float, Urgency, int, str]] = []  # not yet due
+        self._ready: list[tuple[Urgency, float, int, str]] = []  # due: by urgency, then time
         self._order = itertools.count()
         self._running: set[str] = set()
-        self._again: set[str] = set()  # requested while running: run once more right after
+        #: Urgency of each running key's run.
+        self._running_as: dict[str, Urgency] = {}
+        #: Requested while running: run once more right after, with this urgency.
+        self._again: dict[str, Urgency] = {}
         self._failures: dict[str, int] = {}
         self._forgotten: set[str] = set()
         self._wakeup = asyncio.Event()
-        self._slots = asyncio.Semaphore(self._settings.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
         self._paused = False
 
     # ------------------------------------------------------------------ requests
 
-    def request(self, key: str, delay_s: float = 0.0) -> None:
-        """Run ``key`` within ``delay_s`` seconds (sooner if already due sooner)."""
+    def request(self, key: str, delay_s: float = 0.0, urgency: Urgency = Urgency.REFRESH) -> None:
+        """Run ``key`` within ``delay_s`` seconds (sooner if already due sooner); the most urgent
+        of a key's merged requests counts."""
 
         self._forgotten.discard(key)
         if key in self._running:
             if delay_s <= 0:
-                self._again.add(key)
+                self._again[key] = min(urgency, self._again.get(key, urgency))
             else:
-                self._schedule(key, delay_s)
+                self._schedule(key, delay_s, urgency)
             return
-        self._schedule(key, delay_s)
+        self._schedule(key, delay_s, urgency)
 
     def forget(self, key: str) -> None:
         """Drop ``key`` (its object is gone): queued runs are cancelled, backoff reset."""
 
         self._due.pop(key, None)
-        self._again.discard(key)
+        self._again.pop(key, None)
         self._failures.pop(key, None)
         self._forgotten.add(key)
 
-    def _schedule(self, key: str, delay_s: float) -> None:
+    def _schedule(self, key: str, delay_s: float, urgency: Urgency = Urgency.REFRESH) -> None:
         when = self._clock() + max(0.0, delay_s)
         current = self._due.get(key)
-        if current is not None and current <= when:
-            return
-        self._due[key] = when
-        heapq.heappush(self._heap, (when, next(self._order), key))
+        if current is not None:
+            when, urgency = min(when, current[0]), min(urgency, current[1])
+            if (when, urgency) == current:
+                return
+        self._due[key] = (when, urgency)
+        heapq.heappush(self._timers, (when, urgency, next(self._order), key))
         self._wakeup.set()
 
     @property
@@ -114,27 +139,55 @@ class WorkQueue:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._loop_task = None
 
+    def _promote(self, now: float) -> None:
+        """Move the entries that are due from the timers to the ready heap."""
+
+        while self._timers and self._timers[0][0] <= now:
+            when, urgency, order, key = heapq.heappop(self._timers)
+            if self._due.get(key) == (when, urgency):
+                heapq.heappush(self._ready, (urgency, when, order, key))
+
+    def _refresh_held(self) -> bool:
+        """Whether a REFRESH run must wait: SPEC runs are in progress and the REFRESH share is used."""
+        values = self._running_as.values()
+        return Urgency.SPEC in values and sum(u == Urgency.REFRESH for u in values) >= self._settings.refresh_while_spec
+
+    def _next_ready(self) -> tuple[str, Urgency] | None:
+        while self._ready:
+            urgency, when, _, key = self._ready[0]
+            if self._due.get(key) != (when, urgency):
+                heapq.heappop(self._ready)
+                continue  # superseded by a sooner or more urgent request, or forgotten
+            if urgency == Urgency.REFRESH and self._refresh_held():
+                return None  # a finished run wakes the loop
+            heapq.heappop(self._ready)
+            del self._due[key]
+            if key in self._running:
+                self._again[key] = min(urgency, self._again.get(key, urgency))
+                continue
+            return key, urgency
+        return None
+
     async def _loop(self) -> None:
         while True:
             self._wakeup.clear()
             if self._paused:
                 await self._wakeup.wait()
                 continue
-            now = self._clock()
-            while self._heap and self._heap[0][0] <= now:
-                when, _, key = heapq.heappop(self._heap)
-                if self._due.get(key) != when:
-                    continue  # superseded by an earlier request, or forgotten
-                if key in self._running:
-                    self._again.add(key)
-                    del self._due[key]
-                    continue
-                del self._due[key]
+            self._promote(self._clock())
+            while len(self._running) < self._settings.concurrency:
+                found = self._next_ready()
+                if found is None:
+                    break
+                key, urgency = found
                 self._running.add(key)
+                self._running_as[key] = urgency
                 task = asyncio.get_running_loop().create_task(self._run(key), name=f"reconcile {key}")
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            timeout = max(0.0, self._heap[0][0] - self._clock()) if self._heap else None
+            # Full: a finished run wakes the loop. Otherwise the next timer does.
+            timeout = (max(0.0, self._timers[0][0] - self._clock())
+                       if self._timers and len(self._running) < self._settings.concurrency else None)
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
             except TimeoutError:
@@ -143,26 +196,26 @@ class WorkQueue:
     async def _run(self, key: str) -> None:
         next_delay: float | None = None
         try:
-            async with self._slots:
-                try:
-                    next_delay = await self._worker(key)
-                    self._failures.pop(key, None)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as error:  # one object's failure never stops the queue
-                    failures = self._failures.get(key, 0) + 1
-                    self._failures[key] = failures
-                    next_delay = min(self._settings.backoff_max_s,
-                                     self._settings.backoff_base_s * 2 ** (failures - 1))
-                    logger.warning("reconcile of %s failed (%s: %s); retrying in %.0fs",
-                                   key, type(error).__name__, error, next_delay)
+            try:
+                next_delay = await self._worker(key)
+                self._failures.pop(key, None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # one object's failure never stops the queue
+                failures = self._failures.get(key, 0) + 1
+                self._failures[key] = failures
+                next_delay = min(self._settings.backoff_max_s,
+                                 self._settings.backoff_base_s * 2 ** (failures - 1))
+                logger.warning("reconcile of %s failed (%s: %s); retrying in %.0fs",
+                               key, type(error).__name__, error, next_delay)
         finally:
             self._running.discard(key)
+            self._running_as.pop(key, None)
+            again = self._again.pop(key, None)
             if key in self._forgotten:
-                self._again.discard(key)
-            elif key in self._again:
-                self._again.discard(key)
-                self._schedule(key, 0.0)
+                pass
+            elif again is not None:
+                self._schedule(key, 0.0, again)
             elif next_delay is not None:
                 self._schedule(key, next_delay)
             self._wakeup.set()
@@ -173,7 +226,7 @@ class WorkQueue:
         deadline = self._clock() + timeout_s
         while self._clock() < deadline:
             now = self._clock()
-            if not self._running and not any(when <= now for when in self._due.values()):
+            if not self._running and not any(when <= now for when, _ in self._due.values()):
                 return True
             await asyncio.sleep(0.05)
         return False

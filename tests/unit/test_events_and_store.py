@@ -13,6 +13,7 @@ from typing import Any
 from ascend_operator.handlers import OperatorContext
 from ascend_operator.handlers.handle_events import CHILD_DEBOUNCE_S, child_event, resource_event
 from ascend_operator.store import ResourceStore
+from ascend_operator.workqueue import Urgency
 
 
 def body(version: str, name: str = "qwen", phase: str = "Ready") -> dict[str, Any]:
@@ -23,13 +24,15 @@ def body(version: str, name: str = "qwen", phase: str = "Ready") -> dict[str, An
 class Queue:
     def __init__(self) -> None:
         self.requests: list[tuple[str, float]] = []
+        self.urgencies: list[Urgency] = []
         self.forgotten: list[str] = []
 
     def start(self) -> None:
         pass
 
-    def request(self, key: str, delay_s: float = 0.0) -> None:
+    def request(self, key: str, delay_s: float = 0.0, urgency: Urgency = Urgency.REFRESH) -> None:
         self.requests.append((key, delay_s))
+        self.urgencies.append(urgency)
 
     def forget(self, key: str) -> None:
         self.forgotten.append(key)
@@ -39,6 +42,20 @@ def context() -> tuple[OperatorContext, Queue]:
     queue = Queue()
     ctx = OperatorContext(settings=None, kube=None, store=ResourceStore(), queue=queue)  # type: ignore[arg-type]
     return ctx, queue
+
+
+def test_a_generation_no_pass_applied_is_urgent_and_a_status_change_is_not() -> None:
+    ctx, queue = context()
+    new = body("5")
+    new["metadata"]["generation"] = 1
+    resource_event(ctx, "ADDED", new)  # never reconciled: no observedGeneration
+    seen = body("6")
+    seen["metadata"]["generation"], seen["status"]["observedGeneration"] = 1, 1
+    resource_event(ctx, "MODIFIED", seen)  # someone wrote the status
+    edited = body("7")
+    edited["metadata"]["generation"], edited["status"]["observedGeneration"] = 2, 1
+    resource_event(ctx, "MODIFIED", edited)  # the spec changed
+    assert queue.urgencies == [Urgency.SPEC, Urgency.REFRESH, Urgency.SPEC]
 
 
 def test_the_newer_version_wins() -> None:

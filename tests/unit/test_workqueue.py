@@ -4,7 +4,9 @@ Covered: a burst of requests for one key runs it once; a request during a run ru
 afterwards (no change lost); one key never runs twice at once while different keys run in
 parallel up to the concurrency; the worker's requeue delay is honoured; failures back off
 exponentially and a success resets it; a forgotten key does not run; a paused queue runs
-nothing until resumed.
+nothing until resumed; when the slots are full, due SPEC requests start before due REFRESH
+requests, however late they came, and a key's more urgent request upgrades its queued one;
+while SPEC runs are in progress only ``refresh_while_spec`` REFRESH runs go at once.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from ascend_operator.workqueue import QueueSettings, WorkQueue
+from ascend_operator.workqueue import QueueSettings, Urgency, WorkQueue
 
 
 class Recorder:
@@ -107,3 +109,48 @@ async def test_a_forgotten_key_does_not_run_and_a_paused_queue_waits() -> None:
     await asyncio.sleep(0.1)
     await queue.stop()
     assert [key for key, _ in worker.runs] == ["later"]
+
+
+async def test_when_slots_are_full_spec_requests_go_before_refreshes() -> None:
+    worker = Recorder(delay_s=0.05)
+    queue = await run_queue(worker, QueueSettings(concurrency=1))
+    queue.request("busy")
+    await asyncio.sleep(0.01)  # "busy" holds the only slot
+    for key in ("r1", "r2", "r3"):
+        queue.request(key)  # refreshes, due first
+    queue.request("s1", urgency=Urgency.SPEC)
+    queue.request("s2", urgency=Urgency.SPEC)
+    queue.request("r3", urgency=Urgency.SPEC)  # upgraded: now a spec request
+    await asyncio.sleep(0.5)
+    await queue.stop()
+    # r3 keeps its earlier due time, now among the spec requests.
+    assert [key for key, _ in worker.runs] == ["busy", "r3", "s1", "s2", "r1", "r2"]
+
+
+async def test_a_request_during_a_run_keeps_its_urgency() -> None:
+    worker = Recorder(delay_s=0.05)
+    queue = await run_queue(worker, QueueSettings(concurrency=1))
+    queue.request("a")
+    await asyncio.sleep(0.01)
+    queue.request("b")
+    queue.request("a", urgency=Urgency.SPEC)  # while "a" runs: again, urgently
+    await asyncio.sleep(0.3)
+    await queue.stop()
+    assert [key for key, _ in worker.runs] == ["a", "a", "b"]
+
+
+async def test_while_specs_run_refreshes_get_only_their_share_of_the_slots() -> None:
+    worker = Recorder(delay_s=0.2)
+    queue = await run_queue(worker, QueueSettings(concurrency=8, refresh_while_spec=2))
+    queue.request("spec", urgency=Urgency.SPEC)
+    for key in "abcdef":
+        queue.request(key)
+    await asyncio.sleep(0.1)
+    assert worker.max_parallel == 3  # the spec run and two refreshes
+    await asyncio.sleep(0.2)  # the spec run ended: the refreshes take every slot
+    queue.request("later")
+    await asyncio.sleep(0.1)
+    assert worker.max_parallel == 5  # the four refreshes left and "later" at once
+    await asyncio.sleep(0.3)
+    await queue.stop()
+    assert sorted(key for key, _ in worker.runs) == sorted(["spec", *"abcdef", "later"])

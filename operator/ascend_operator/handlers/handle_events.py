@@ -1,7 +1,9 @@
 """Watch events -> reconcile requests (no API calls here).
 
 - An ``AscendLLMDeployment`` event stores the body and requests its reconcile, unless the body
-  is one the store already has (the echo of our own status write: same ``resourceVersion``).
+  is one the store already has (the echo of our own status write: same ``resourceVersion``);
+  urgently (:attr:`~ascend_operator.workqueue.Urgency.SPEC`) when its generation was never
+  applied, so new and changed specs go before status refreshes.
   ``DELETED`` forgets it: the children carry owner references and the garbage collector removes
   them, so nothing has to run before the object goes (and no finalizer holds it).
 - An event of a child or pod (label ``llm.ascend.dev/deployment``, filtered by the API server;
@@ -19,6 +21,7 @@ from typing import Any
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import OperatorContext
 from ascend_operator.store import key_of
+from ascend_operator.workqueue import Urgency
 
 #: Seconds to wait after a child or pod event before reconciling (merges bursts).
 CHILD_DEBOUNCE_S = 0.5
@@ -43,7 +46,12 @@ def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[s
         return  # older than what we have
     if previous is not None and previous == meta.get("resourceVersion"):
         return  # the echo of our own write
-    ctx.work.request(key)
+    ctx.work.request(key, urgency=Urgency.SPEC if _spec_unapplied(body) else Urgency.REFRESH)
+
+
+def _spec_unapplied(body: Mapping[str, Any]) -> bool:
+    """Whether the resource's generation is one no pass has applied yet (new, or its spec changed)."""
+    return (body.get("status") or {}).get("observedGeneration") != body["metadata"].get("generation")
 
 
 def _status_only(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
