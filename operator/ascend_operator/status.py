@@ -41,7 +41,7 @@ will undo. ``Autoscaling`` and ``WaitingForNPU`` appear once they first apply (a
 never autoscaled or never waited does not carry them) and stay, False, afterwards.
 
 LoRA (``spec.lora`` enabled): ``status.lora`` says per adapter on how many replicas it is loaded
-or failed (:mod:`ascend_operator.lorastatus`).
+or failed, and for a hub adapter where its download stands (:mod:`ascend_operator.lorastatus`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,14 @@ from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, display_chip, display_model
 from ascend_operator.builders.common import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 from ascend_operator.builders.routing import missing_engine_metrics, pool_parents
-from ascend_operator.cachestatus import MODEL_CACHED, CacheObservation, cache_condition, cache_status, describe
+from ascend_operator.cachestatus import (
+    MODEL_CACHED,
+    AdapterDownload,
+    CacheObservation,
+    cache_condition,
+    cache_status,
+    describe,
+)
 from ascend_operator.lorastatus import lora_events, lora_status
 
 READY = "Ready"
@@ -181,6 +188,8 @@ class Observation:
     workload: Mapping[str, Any] | None = None
     #: spec.model.cache: the claim and the download (ascend_operator.cachestatus).
     cache: CacheObservation | None = None
+    #: The hub LoRA adapters' downloads (their fetch Jobs), for status.lora.
+    adapter_downloads: Sequence[AdapterDownload] = ()
     #: None while spec.routing is off.
     routing: RoutingObservation | None = None
 
@@ -824,7 +833,7 @@ def compute_status(
         status["autoscaling"] = autoscaling
     if cache is not None:
         status["modelCache"] = cache_status(cache)
-    lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas])
+    lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas], observation.adapter_downloads)
     if lora is not None:
         status["lora"] = lora
     if routing is not None:
