@@ -1,6 +1,9 @@
 """spec.lora on a real API server: admission refuses bad adapter lists naming the field, the
 adapters ConfigMap follows the spec, and an adapter added on a volume already mounted changes
-only that ConfigMap (the Deployment's pod template, and so its pods, stay as they are).
+only that ConfigMap (the Deployment's pod template, and so its pods, stay as they are). A hub
+adapter added to a running resource gets its own fetch Job and enters the ConfigMap once that
+Job completed, again without a new pod template or a new download of the model (kwok completes
+a Job's pod at once; a ResourceQuota of 0 pods holds it back, as in tests/cluster/test_model_cache.py).
 
 kwok runs no engine, so adapters are never loaded here (status.lora reports no replica);
 status.lora from runtime states is covered in tests/unit/test_lora_operator.py.
@@ -17,6 +20,7 @@ from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_runtime.config import ADAPTERS_FILE_KEY, parse_adapter_set
 from conftest import OperatorUnderTest
 from install_harness import wait_for
+from test_model_cache import _batch, block_pods, jobs, unblock_pods, volume  # noqa: F401 (a fixture)
 from test_operator import SMALL_CPU_SPEC, _clients, condition, create, get, raw
 
 pytestmark = pytest.mark.cluster
@@ -79,6 +83,65 @@ def test_adapters_on_a_mounted_claim_change_the_configmap_and_roll_no_pods(
     # LoRA off: the ConfigMap goes.
     set_adapters(api, namespace, "lora", None)
     wait_for("the adapters ConfigMap to go", lambda: adapter_names(api, namespace, "lora") is None)
+
+
+def test_a_hub_adapter_added_to_a_running_resource_is_downloaded_then_listed_and_rolls_no_pods(
+        api: Any, namespace: str, operator: OperatorUnderTest, volume: Any) -> None:
+    spec = with_lora(adapters=[adapter("sql")])
+    spec["model"].update({"revision": "main", "cache": {"create": {"size": "10Gi", "storageClassName": volume()}}})
+    create(api, namespace, "hub", spec)
+    (model_job,) = wait_for("the model's fetch Job", lambda: jobs(api, namespace) or None)
+    wait_for("the Deployment", lambda: raw(api, f"/apis/apps/v1/namespaces/{namespace}/deployments/hub"))
+    wait_for("the adapters ConfigMap", lambda: adapter_names(api, namespace, "hub") == ["sql"])
+    before = deployment(api, namespace, "hub")
+
+    block_pods(api, namespace)  # the adapter's fetch pod waits: its download is not complete
+    hub_adapter = {"name": "chat", "source": {"huggingFace": {"id": "org/chat-lora", "revision": "v1"}}}
+    set_adapters(api, namespace, "hub", [adapter("sql"), hub_adapter])
+    adapter_job = wait_for("the adapter's fetch Job", lambda: next(
+        (j for j in jobs(api, namespace) if j.metadata.name.startswith("hub-adapter-")), None))
+    status = wait_for("status.lora with the download", lambda: (s := (get(api, namespace, "hub").get("status") or {})
+                      .get("lora")) and len(s["adapters"]) == 2 and s)
+    download = status["adapters"][1]["download"]
+    assert (download["source"], download["job"], download["phase"]) == (
+        "huggingface:org/chat-lora@v1", adapter_job.metadata.name, "Pending")
+    assert adapter_names(api, namespace, "hub") == ["sql"]  # not listed before the download completed
+
+    unblock_pods(api, namespace)
+    wait_for("chat in the ConfigMap once its Job completed",
+             lambda: adapter_names(api, namespace, "hub") == ["sql", "chat"], timeout_s=90)
+    done = _batch(api).read_namespaced_job(adapter_job.metadata.name, namespace)
+    assert any(c.type == "Complete" and c.status == "True" for c in done.status.conditions or [])
+    configmap = raw(api, f"/api/v1/namespaces/{namespace}/configmaps/hub-adapters")
+    chat = parse_adapter_set(yaml.safe_load(configmap["data"][ADAPTERS_FILE_KEY])).adapters[1]
+    assert chat.path == "/var/cache/ascend-llm-model/models/huggingface/org/chat-lora/v1"
+    assert chat.cache_marker == "/var/cache/ascend-llm-model/models/huggingface/org/chat-lora/v1.complete.json"
+    wait_for("the download Complete in status.lora", lambda: get(api, namespace, "hub")["status"]["lora"][
+        "adapters"][1]["download"]["phase"] == "Complete")
+    # The running pods stay as they were, and the model is not downloaded again.
+    after = deployment(api, namespace, "hub")
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert after["spec"]["template"] == before["spec"]["template"]
+    model_jobs = [j for j in jobs(api, namespace) if not j.metadata.name.startswith("hub-adapter-")]
+    assert [j.metadata.uid for j in model_jobs] == [model_job.metadata.uid]
+
+    # Removing it drops its entry and its Job; still no rollout.
+    set_adapters(api, namespace, "hub", [adapter("sql")])
+    wait_for("chat gone from the ConfigMap", lambda: adapter_names(api, namespace, "hub") == ["sql"])
+    wait_for("the adapter's Job deleted", lambda: all(
+        not j.metadata.name.startswith("hub-adapter-") or j.metadata.deletion_timestamp for j in jobs(api, namespace)))
+    assert deployment(api, namespace, "hub")["spec"]["template"] == before["spec"]["template"]
+
+
+def test_a_hub_adapter_without_a_claim_cache_is_refused_at_admission(api: Any, namespace: str, crds: list[str]) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as refused:
+        create(api, namespace, "bad", with_lora(adapters=[
+            {"name": "chat", "source": {"modelScope": {"id": "org/chat-lora"}}}]))
+    assert refused.value.status == 422
+    body = refused.value.body
+    assert "spec.lora.adapters" in body and "set spec.model.cache.create or spec.model.cache.claimName" in body
 
 
 @pytest.mark.parametrize(("lora", "field", "words"), [

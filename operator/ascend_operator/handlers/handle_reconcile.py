@@ -11,7 +11,10 @@ only differences:
    autoscaler (``choose_autoscaler``), says whether a multi-node spec can have its
    LeaderWorkerSet (``lws_missing``) and whether ``spec.routing`` can have its pool and route
    (``routing_missing``: when not, no routing child is made, and the Routing condition says why);
-3. build the children (pure builders), add the owner reference (this resource, controller);
+3. read the hub LoRA adapters' fetch Jobs from the watches (``handle_cache.observe_adapters``):
+   an adapter enters the adapters ConfigMap once its Job has completed (or while the live
+   ConfigMap already lists it at the same path); build the children (pure builders), add the
+   owner reference (this resource, controller);
 4. ensure each child in order, compared with the live one as the watches show it
    (``watchcache``; read from the API server only when the watches show none): server-side
    apply when missing, changed or drifted (``k8s.Kube.ensure``), then delete the children of
@@ -23,9 +26,9 @@ only differences:
    create pods: no PriorityClass, quota, admission) and the autoscaler's HPA, compute the status,
    post Events for transitions, and patch the status only when it differs from the server's.
 
-The next run is due after ``progress_poll_interval_s`` while a replica starts or the model
-downloads (neither shows in API objects), else after ``resync_interval_s``, or sooner when a
-failed fetch Job's retry is due (``handle_cache``).
+The next run is due after ``progress_poll_interval_s`` while a replica starts or the model or
+a hub adapter downloads (neither shows in API objects), else after ``resync_interval_s``, or
+sooner when a failed fetch Job's retry is due (``handle_cache``).
 """
 
 from __future__ import annotations
