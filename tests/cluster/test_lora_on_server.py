@@ -125,6 +125,18 @@ def test_a_hub_adapter_added_to_a_running_resource_is_downloaded_then_listed_and
     model_jobs = [j for j in jobs(api, namespace) if not j.metadata.name.startswith("hub-adapter-")]
     assert [j.metadata.uid for j in model_jobs] == [model_job.metadata.uid]
 
+    # The completed Job deleted (a TTL controller, a clean-up): a new one is made, and the adapter the
+    # pods serve stays listed meanwhile (it is not unloaded and loaded again).
+    block_pods(api, namespace)
+    _batch(api).delete_namespaced_job(adapter_job.metadata.name, namespace, propagation_policy="Background")
+    wait_for("a new adapter fetch Job", lambda: any(
+        j.metadata.name == adapter_job.metadata.name and j.metadata.uid != adapter_job.metadata.uid
+        for j in jobs(api, namespace)))
+    wait_for("the new download Pending in status.lora", lambda: get(api, namespace, "hub")["status"]["lora"][
+        "adapters"][1]["download"]["phase"] == "Pending")
+    assert adapter_names(api, namespace, "hub") == ["sql", "chat"]
+    unblock_pods(api, namespace)
+
     # Removing it drops its entry and its Job; still no rollout.
     set_adapters(api, namespace, "hub", [adapter("sql")])
     wait_for("chat gone from the ConfigMap", lambda: adapter_names(api, namespace, "hub") == ["sql"])
