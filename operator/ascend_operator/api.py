@@ -2126,8 +2126,8 @@ class AscendLLMDeploymentStatus(_Status):
         default_factory=list,
         max_length=16,
         description=(
-            "Ready, Progressing, Degraded, WaitingForNPU, Autoscaling, GraphModeFallback, LeakSuspected "
-            "and InvalidSpec conditions."
+            "Ready, Progressing, Degraded, WaitingForNPU, ModelCached, Autoscaling, Routing, GraphModeFallback, "
+            "LeakSuspected, LoraWarning and InvalidSpec conditions."
         ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )

@@ -6,14 +6,16 @@
   config the operator builds, for the vllm-ascend version the image names in its tag
   (``...-vllm-ascend-v0.23.0``, as the operator's default images do); an image whose tag names
   none is not checked here (the runtime still refuses at start-up, exit 2). Its refusals come
-  back with the spec's field names, as :class:`ascend_operator.api.SpecError` problems.
+  back with the spec's field names, as :class:`ascend_operator.api.SpecError` problems; its
+  warnings (LoRA with ``spec.engine.quantization`` on vllm-ascend up to 0.23.x) as messages in
+  the same words, :func:`lora_warnings`, which the status shows in the ``LoraWarning`` condition.
 """
 
 from __future__ import annotations
 
 import re
 
-from ascend_runtime.lora_support import check_lora_support
+from ascend_runtime.lora_support import LoraSupport, check_lora_support
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform, SpecError, display_model
 from ascend_operator.builders import build_engine_config, resolve_image
@@ -62,12 +64,22 @@ def lora_problems(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSe
                 f"adapter name {adapter.name!r} is the base model's served name (here the resource name); "
                 "rename the adapter or set model.servedName",
             ))
+    problems.extend(_in_spec_words(error) for error in _support(name, spec, settings).errors)
+    return problems
+
+
+def lora_warnings(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
+    """What the guard warns of for resource ``name`` (the engine may not serve it), in spec words."""
+    if not lora_enabled(spec):
+        return []
+    return [_in_spec_words(warning)[1] for warning in _support(name, spec, settings).warnings]
+
+
+def _support(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> LoraSupport:
     image = resolve_image(spec, settings)
     config = build_engine_config(name, spec, settings, None, image)
     platform = "cpu" if spec.platform == Platform.CPU else "ascend"
-    support = check_lora_support(config, platform, image_vllm_ascend(image))
-    problems.extend(_in_spec_words(error) for error in support.errors)
-    return problems
+    return check_lora_support(config, platform, image_vllm_ascend(image))
 
 
 def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> None:

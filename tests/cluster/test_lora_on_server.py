@@ -185,3 +185,21 @@ def test_lora_under_tensor_parallel_on_the_default_image_is_refused_at_reconcile
                        .get("status") == "True" and c)
     assert "spec.parallelism.tensor" in refused["message"] and "vllm-ascend v0.23.0" in refused["message"]
     assert raw(api, f"/apis/apps/v1/namespaces/{namespace}/deployments/tp") is None
+
+
+def test_lora_with_quantization_on_the_default_image_is_served_with_a_warning(
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
+    spec = {"model": {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}, "sizeGiB": 1},
+            "engine": {"quantization": "ascend"}, "lora": {"adapters": [adapter("sql")]}}
+    create(api, namespace, "quant", spec)
+    warned = wait_for("LoraWarning", lambda: (c := condition(get(api, namespace, "quant"), "LoraWarning"))
+                      .get("status") == "True" and c)
+    assert warned["reason"] == "KnownEngineLimitation"
+    assert warned["message"].startswith("spec.lora.enabled with spec.engine.quantization ascend: vllm-ascend v0.23.0")
+    assert condition(get(api, namespace, "quant"), "InvalidSpec")["status"] == "False"
+    wait_for("the Deployment", lambda: raw(api, f"/apis/apps/v1/namespaces/{namespace}/deployments/quant"))
+    core = _clients(api)[2]
+    events = wait_for("the Warning Event", lambda: [
+        e for e in core.list_namespaced_event(namespace, field_selector="involvedObject.name=quant").items
+        if e.type == "Warning" and e.reason == "KnownEngineLimitation"] or None)
+    assert len(events) == 1 and events[0].message == warned["message"] and (events[0].count or 1) == 1

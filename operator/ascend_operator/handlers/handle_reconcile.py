@@ -6,7 +6,8 @@ only differences:
 
 1. parse the spec and check it against the administrator's policies and the LoRA guard
    (:mod:`ascend_operator.lora`); an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
-   new message), touches no child, and is not retried (the user's next edit is a new event);
+   new message), touches no child, and is not retried (the user's next edit is a new event); the
+   guard's warnings go into the ``LoraWarning`` condition;
 2. ask what the cluster serves (discovery, cached for ``discovery_ttl_s``): it picks the
    autoscaler (``choose_autoscaler``), says whether a multi-node spec can have its
    LeaderWorkerSet (``lws_missing``) and whether ``spec.routing`` can have its pool and route
@@ -74,7 +75,7 @@ from ascend_operator.k8s import (
     Outcome,
 )
 from ascend_operator.names import ChildNames, label_value
-from ascend_operator.lora import enforce_lora
+from ascend_operator.lora import enforce_lora, lora_warnings
 from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
     AutoscalingObservation,
@@ -211,6 +212,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         plan_cache(name, spec, ctx.settings)  # a repo id or revision the cache cannot store
         fetches = plan_adapter_fetches(spec, ctx.settings)  # the same for the hub adapters
         enforce_lora(name, spec, ctx.settings)  # what the CRD cannot see: the resource name, the image
+        warnings = lora_warnings(name, spec, ctx.settings)  # what it may not serve: the LoraWarning condition
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))
@@ -318,6 +320,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         workload=workload,
         cache=cache,
         adapter_downloads=downloads,
+        lora_warnings=tuple(warnings),
     )
     status = compute_status(spec, observation, previous, now)
     await _publish(ctx, body, status)
