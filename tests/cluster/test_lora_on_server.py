@@ -145,6 +145,47 @@ def test_a_hub_adapter_added_to_a_running_resource_is_downloaded_then_listed_and
     assert deployment(api, namespace, "hub")["spec"]["template"] == before["spec"]["template"]
 
 
+def test_a_hub_adapters_download_holds_back_no_pod_and_a_failed_one_is_reported_and_replaced(
+        api: Any, namespace: str, operator: OperatorUnderTest, volume: Any) -> None:
+    # The operator's fetch Jobs have a 20 s deadline here and are retried 3 s after failing.
+    block_pods(api, namespace)
+    spec = with_lora(adapters=[{"name": "chat", "source": {"modelScope": {"id": "org/chat-lora"}}}])
+    spec["model"] = {"pvc": {"claimName": "weights"}, "servedName": "base", "sizeGiB": 1,
+                     "cache": {"create": {"size": "10Gi", "storageClassName": volume()}}}
+    create(api, namespace, "late", spec)
+    (first,) = wait_for("the adapter's fetch Job", lambda: jobs(api, namespace) or None)
+    assert first.metadata.name.startswith("late-adapter-")
+    wait_for("the Deployment, while the adapter's download waits",
+             lambda: raw(api, f"/apis/apps/v1/namespaces/{namespace}/deployments/late"))
+    assert adapter_names(api, namespace, "late") == []
+
+    download = wait_for("the download Failed in status.lora", lambda: (d := (get(api, namespace, "late").get(
+        "status") or {}).get("lora", {}).get("adapters", [{}])[0].get("download")) and d["phase"] == "Failed" and d,
+        timeout_s=90)
+    assert download["reason"] == "DeadlineExceeded"
+    assert download["message"].startswith("downloading modelscope:org/chat-lora@default failed (DeadlineExceeded)")
+    events = _clients(api)[2].list_namespaced_event(namespace, field_selector="involvedObject.name=late").items
+    assert [e.message for e in events if e.type == "Warning" and e.reason == "AdapterDownloadFailed"] == [
+        f"adapter chat is not served: {download['message']}; the fetch Job is made again after the operator's "
+        "fetch retry interval"]
+    wait_for("a new adapter fetch Job", lambda: any(j.metadata.uid != first.metadata.uid for j in jobs(api, namespace)),
+             timeout_s=90)
+    unblock_pods(api, namespace)
+    wait_for("chat in the ConfigMap", lambda: adapter_names(api, namespace, "late") == ["chat"], timeout_s=90)
+
+
+def test_a_hub_adapter_id_the_cache_cannot_store_is_refused_at_reconcile(
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
+    spec = with_lora(adapters=[adapter("sql"), {"name": "odd", "source": {"huggingFace": {"id": "org/.hidden"}}}])
+    spec["model"]["cache"] = {"claimName": "shared"}
+    create(api, namespace, "odd", spec)
+    refused = wait_for("InvalidSpec", lambda: (c := condition(get(api, namespace, "odd"), "InvalidSpec"))
+                       .get("status") == "True" and c)
+    assert "spec.lora.adapters[1].source.huggingFace: " in refused["message"]
+    assert "not a hub repo id" in refused["message"]
+    assert raw(api, f"/apis/apps/v1/namespaces/{namespace}/deployments/odd") is None and not jobs(api, namespace)
+
+
 def test_a_hub_adapter_without_a_claim_cache_is_refused_at_admission(api: Any, namespace: str, crds: list[str]) -> None:
     from kubernetes.client.exceptions import ApiException
 
