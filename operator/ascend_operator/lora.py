@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ascend_runtime.lora_support import LoraSupport, check_lora_support
+from ascend_runtime.lora_support import check_lora_support
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform, SpecError, display_model
 from ascend_operator.builders import build_engine_config, resolve_image
@@ -53,8 +53,27 @@ def _in_spec_words(message: str) -> tuple[str, str]:
 
 def lora_problems(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[tuple[str, str]]:
     """``(field, message)`` for each LoRA setting of resource ``name`` the operator refuses."""
+    return _check(name, spec, settings)[0]
+
+
+def lora_warnings(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
+    """What the guard warns of for resource ``name`` (the engine may not serve it), in spec words."""
+    return _check(name, spec, settings)[1]
+
+
+def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
+    """Raise :class:`SpecError` naming each refused LoRA setting; else return the guard's warnings
+    (:func:`lora_warnings`), from one check."""
+    problems, warnings = _check(name, spec, settings)
+    if problems:
+        raise SpecError(problems)
+    return warnings
+
+
+def _check(name: str, spec: AscendLLMDeploymentSpec,
+           settings: OperatorSettings) -> tuple[list[tuple[str, str]], list[str]]:
     if not lora_enabled(spec) or spec.lora is None:
-        return []
+        return [], []
     problems: list[tuple[str, str]] = []
     served = display_model(spec, name)
     for index, adapter in enumerate(spec.lora.adapters):
@@ -64,26 +83,9 @@ def lora_problems(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSe
                 f"adapter name {adapter.name!r} is the base model's served name (here the resource name); "
                 "rename the adapter or set model.servedName",
             ))
-    problems.extend(_in_spec_words(error) for error in _support(name, spec, settings).errors)
-    return problems
-
-
-def lora_warnings(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
-    """What the guard warns of for resource ``name`` (the engine may not serve it), in spec words."""
-    if not lora_enabled(spec):
-        return []
-    return [_in_spec_words(warning)[1] for warning in _support(name, spec, settings).warnings]
-
-
-def _support(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> LoraSupport:
     image = resolve_image(spec, settings)
     config = build_engine_config(name, spec, settings, None, image)
     platform = "cpu" if spec.platform == Platform.CPU else "ascend"
-    return check_lora_support(config, platform, image_vllm_ascend(image))
-
-
-def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> None:
-    """Raise :class:`SpecError` naming each refused LoRA setting; return when there is none."""
-    problems = lora_problems(name, spec, settings)
-    if problems:
-        raise SpecError(problems)
+    support = check_lora_support(config, platform, image_vllm_ascend(image))
+    problems.extend(_in_spec_words(error) for error in support.errors)
+    return problems, [_in_spec_words(warning)[1] for warning in support.warnings]

@@ -330,6 +330,7 @@ def test_lora_with_quantization_is_warned_of_in_spec_words_where_the_guard_knows
         "quantized MoE models (vllm-ascend v0.23.0 docs, user_guide/feature_guide/lora.md); a dense model is not "
         "covered by that note")
     assert lora_problems("demo", parse_spec(QUANTIZED), DEFAULTS) == []  # a warning, not a refusal
+    assert enforce_lora("demo", parse_spec(QUANTIZED), DEFAULTS) == [warning]  # what the reconcile shows
     for other in ({"image": "reg/runtime:1.0-vllm-ascend-v0.24.0"}, {"lora": {"enabled": False}},
                   {"engine": {}}):
         assert lora_warnings("demo", parse_spec({**QUANTIZED, **other}), DEFAULTS) == []

@@ -75,7 +75,7 @@ from ascend_operator.k8s import (
     Outcome,
 )
 from ascend_operator.names import ChildNames, label_value
-from ascend_operator.lora import enforce_lora, lora_warnings
+from ascend_operator.lora import enforce_lora
 from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
     AutoscalingObservation,
@@ -211,8 +211,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
         plan_cache(name, spec, ctx.settings)  # a repo id or revision the cache cannot store
         fetches = plan_adapter_fetches(spec, ctx.settings)  # the same for the hub adapters
-        enforce_lora(name, spec, ctx.settings)  # what the CRD cannot see: the resource name, the image
-        warnings = lora_warnings(name, spec, ctx.settings)  # what it may not serve: the LoraWarning condition
+        # What the CRD cannot see (the resource name, the image); the warnings go to LoraWarning.
+        warnings = enforce_lora(name, spec, ctx.settings)
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))
@@ -226,8 +226,6 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     meta = BuildMeta(name, namespace, generation, annotations=annotations)
     label = label_value(name)
     plan = plan_cache(name, spec, ctx.settings)
-    if plan is None or plan.claim_name is None:
-        fetches = ()  # the CRD's rule: hub adapters come with a claim cache
     # The hub adapters' downloads before the build: a completed one puts its adapters in the ConfigMap.
     downloads = await handle_cache.observe_adapters(ctx, name, namespace, label, fetches, now)
     observed = replace(
