@@ -47,6 +47,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -539,6 +540,10 @@ class Toleration(_Spec):
     )
 
 
+#: The keys of a core/v1 Affinity.
+AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
 class NpuSpec(_Spec):
     """NPU placement: which device, how many per replica, and where pods may run."""
 
@@ -579,11 +584,26 @@ class NpuSpec(_Spec):
     affinity: dict[str, Any] | None = Field(
         None,
         description=(
-            "Pod affinity (a core/v1 Affinity object), passed through verbatim; the API server "
-            "validates it when the operator writes the Deployment."
+            "Pod affinity (a core/v1 Affinity object), passed through verbatim; the operator refuses keys "
+            "other than nodeAffinity, podAffinity and podAntiAffinity (each an object), and the API server "
+            "validates the rest when the operator writes the Deployment."
         ),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity_kinds(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Server-side apply answers an unknown field of the pod template with HTTP 500 (no field
+        # named): say which key is wrong on the resource instead.
+        if value is None:
+            return value
+        for key, item in value.items():
+            if key not in AFFINITY_KINDS:
+                raise ValueError(f"unknown affinity {key!r}; a core/v1 Affinity has {', '.join(AFFINITY_KINDS)}")
+            if not isinstance(item, dict):
+                raise ValueError(f"affinity {key} must be an object, got {type(item).__name__}")
+        return value
     priority_class_name: DnsSubdomain | None = Field(
         None, description="Pod priorityClassName, passed through."
     )
