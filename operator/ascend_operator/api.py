@@ -600,7 +600,8 @@ class NpuSpec(_Spec):
             return value
         for key, item in value.items():
             if key not in AFFINITY_KINDS:
-                raise ValueError(f"unknown affinity {key!r}; a core/v1 Affinity has {', '.join(AFFINITY_KINDS)}")
+                raise ValueError(
+                    f"unknown affinity {key!r}; a core/v1 Affinity has {', '.join(AFFINITY_KINDS)}")
             if not isinstance(item, dict):
                 raise ValueError(f"affinity {key} must be an object, got {type(item).__name__}")
         return value
@@ -1238,7 +1239,9 @@ class AdapterHubSource(_Spec):
     """A LoRA adapter downloaded from a hub into the model cache (``spec.model.cache`` with
     ``create`` or ``claimName``) by a fetch Job of its own; served once the download is complete."""
 
-    id: HubRepoId = Field(description="Repository id of the adapter on the hub, for example org/qwen2.5-7b-sql-lora.")
+    id: HubRepoId = Field(
+        description="Repository id of the adapter on the hub, for example org/qwen2.5-7b-sql-lora."
+    )
     revision: Revision | None = Field(
         None,
         description=(
@@ -1657,7 +1660,8 @@ SPEC_RULES.update(
                 " + (has(self.modelScope) ? 1 : 0) == 1",
                 message="set exactly one adapter source: pvc, hostPath, huggingFace or modelScope",
                 field_path="",
-                holds=lambda a: sum(v is not None for v in (a.pvc, a.host_path, a.hugging_face, a.model_scope)) == 1,
+                holds=lambda a: sum(
+                    v is not None for v in (a.pvc, a.host_path, a.hugging_face, a.model_scope)) == 1,
             ),
         ),
         LoraSpec: (
@@ -2048,7 +2052,9 @@ class AdapterDownloadStatus(_Status):
 
     source: str = Field(description="hub:repo@revision of the adapter.")
     job: str = Field(description="The fetch Job of that repo and revision.")
-    phase: str = Field(description="Pending, Downloading, Complete or Failed; the adapter is served once Complete.")
+    phase: str = Field(
+        description="Pending, Downloading, Complete or Failed; the adapter is served once Complete."
+    )
     reason: str | None = Field(
         None, description="Why the download failed or is retried (Unauthorized, NotFound, DiskFull, Network, ...)."
     )

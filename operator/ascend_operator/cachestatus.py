@@ -59,7 +59,8 @@ class CacheObservation:
 
 @dataclass(frozen=True)
 class AdapterDownload:
-    """One hub adapter download (a fetch Job of :class:`~ascend_operator.builders.modelcache.AdapterFetch`)."""
+    """One hub adapter download: the fetch Job of an
+    :class:`~ascend_operator.builders.modelcache.AdapterFetch`."""
 
     job: str
     #: ``huggingface:org/name@revision``.
@@ -72,8 +73,9 @@ class AdapterDownload:
 
     def as_cache(self) -> CacheObservation:
         """The download in the model cache's terms, for :func:`describe`."""
-        return CacheObservation(claim_name=None, host_path=None, retained=True, source=self.source, job=self.job,
-                                state=self.state, progress=self.progress, retry_in_s=self.retry_in_s)
+        return CacheObservation(claim_name=None, host_path=None, retained=True, source=self.source,
+                                job=self.job, state=self.state, progress=self.progress,
+                                retry_in_s=self.retry_in_s)
 
 
 def _condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:

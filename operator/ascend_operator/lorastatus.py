@@ -104,8 +104,8 @@ def lora_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> l
     for name, download in _failed_downloads(after).items():
         if failed_before.get(name) != download:
             events.append(("Warning", ADAPTER_DOWNLOAD_FAILED, (
-                f"adapter {name} is not served: {download.get('message') or download['source']}; the fetch Job "
-                "is made again after the operator's fetch retry interval")))
+                f"adapter {name} is not served: {download.get('message') or download['source']}; "
+                "the fetch Job is made again after the operator's fetch retry interval")))
     return events
 
 

@@ -819,7 +819,8 @@ def compute_status(
     if observation.lora_warnings:
         put(LORA_WARNING, True, LORA_LIMITATION, "; ".join(observation.lora_warnings))
     elif get_condition(previous, LORA_WARNING):
-        put(LORA_WARNING, False, "NoKnownLimitation", "the LoRA guard knows of no problem with this spec and image")
+        put(LORA_WARNING, False, "NoKnownLimitation",
+            "the LoRA guard knows of no problem with this spec and image")
     put(INVALID_SPEC, False, "Valid", "the spec is valid")
 
     status: dict[str, Any] = {
@@ -844,7 +845,8 @@ def compute_status(
         status["autoscaling"] = autoscaling
     if cache is not None:
         status["modelCache"] = cache_status(cache)
-    lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas], observation.adapter_downloads)
+    lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas],
+                       observation.adapter_downloads)
     if lora is not None:
         status["lora"] = lora
     if routing is not None:

@@ -11,8 +11,8 @@ or unload is retried after ``lora.retryInitialS``, doubling per failure up to ``
 the engine is never restarted for it. An adapter downloaded into the model cache (its entry has
 a ``cacheMarker``) is loaded only once that marker exists and the directory holds the files it
 lists (:func:`download_problem`); until then it is Failed with the reason, and retried the same
-way. A file that cannot be read or parsed leaves the last good
-set in force (``/state``'s ``adaptersError`` says why). Each adapter's state is published in
+way. A file that cannot be read or parsed leaves the last good set in force (``/state``'s
+``adaptersError`` says why). Each adapter's state is published in
 ``/state`` (``adapters``) and as ``ascend_llm_lora_*`` metrics. Only the leader of a multi-node
 group runs it: the engine's API server is there.
 """

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 #: libyaml's safe dumper where PyYAML has it (the same text as yaml.safe_dump, about five times
@@ -436,8 +444,9 @@ class Adapter(_Model):
     cache_marker: str | None = Field(
         None,
         description=(
-            "The model cache's completion marker of a downloaded adapter (ascend_runtime.cachelayout.marker_path): "
-            "the adapter is loaded only once the marker exists and the directory at path holds what it lists."
+            "The model cache's completion marker of a downloaded adapter "
+            "(ascend_runtime.cachelayout.marker_path): the adapter is loaded only once the marker exists "
+            "and the directory at path holds what it lists."
         ),
     )
 
@@ -455,8 +464,8 @@ class Adapter(_Model):
     @classmethod
     def _absolute(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None and not value.startswith("/"):
-            raise ValueError(f"{to_camel(info.field_name or 'path')} {value!r} must be absolute (a path inside the "
-                             "pod, e.g. /adapters/x)")
+            raise ValueError(f"{to_camel(info.field_name or 'path')} {value!r} must be absolute "
+                             "(a path inside the pod, e.g. /adapters/x)")
         return value
 
 

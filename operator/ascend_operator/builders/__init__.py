@@ -142,7 +142,7 @@ class Children:
     adapters_configmap: dict[str, Any] | None = None
     #: The Job that fills a claim with a hub model; the workload waits for it to complete.
     fetch_job: dict[str, Any] | None = None
-    #: One Job per hub adapter repo and revision (spec.lora); nothing waits for them but the
+    #: One Job per hub adapter repo, revision and token (spec.lora); nothing waits for them but the
     #: adapters' entries in the adapters ConfigMap.
     adapter_fetch_jobs: tuple[dict[str, Any], ...] = ()
     leaderworkerset: dict[str, Any] | None = None
@@ -233,8 +233,10 @@ def build_children(
         cache_claim=build_cache_claim(meta.name, meta.namespace, plan) if plan is not None else None,
         cache_claim_owned=bool(plan and plan.cache.create and plan.cache.create.delete_with_resource),
         fetch_job=build_fetch_job(meta.name, meta.namespace, spec, settings, plan, image) if plan else None,
-        adapter_fetch_jobs=tuple(build_adapter_fetch_job(meta.name, meta.namespace, settings, plan, fetch, image)
-                                 for fetch in fetches if plan is not None),
+        adapter_fetch_jobs=tuple(
+            build_adapter_fetch_job(meta.name, meta.namespace, settings, plan, fetch, image)
+            for fetch in fetches if plan is not None
+        ),
         names=names,
         image=image,
         engine_config=config,

@@ -93,7 +93,8 @@ def _adapters(spec: AscendLLMDeploymentSpec) -> list[LoraAdapterSpec]:
     return spec.lora.adapters if spec.lora is not None and spec.lora.enabled else []
 
 
-def adapter_set(spec: AscendLLMDeploymentSpec, downloaded: Mapping[str, AdapterFetch] | None = None) -> AdapterSet:
+def adapter_set(spec: AscendLLMDeploymentSpec,
+                downloaded: Mapping[str, AdapterFetch] | None = None) -> AdapterSet:
     """The runtime's adapter set: each adapter's directory inside its volume's mount; a hub adapter's
     snapshot on the cache (with its marker) only when ``downloaded`` (adapter name -> its completed
     download) holds it, else it is left out."""

@@ -9,7 +9,7 @@ writable. With ``hostPath`` every node fills its own directory: an init containe
 serving pod runs the same fetch (done at once where the node already has the snapshot).
 
 Hub LoRA adapters (``spec.lora.adapters[].source.huggingFace`` / ``modelScope``, claims only) are
-downloaded the same way into the same layout, one Job per repo and revision
+downloaded the same way into the same layout, one Job per repo, revision and token
 (``<name>-adapter-<hash>``), apart from the model's: an adapter's download holds back no pod, and
 with LoRA on the serving pods mount ``models/`` whatever the model's source, so adding one rolls
 no pod either.
@@ -125,7 +125,8 @@ class AdapterFetch:
         return safe_name(name, "adapter-" + content_hash([self.request.model_dump(mode="json"), token])[:8])
 
 
-def plan_adapter_fetches(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> tuple[AdapterFetch, ...]:
+def plan_adapter_fetches(spec: AscendLLMDeploymentSpec,
+                         settings: OperatorSettings) -> tuple[AdapterFetch, ...]:
     """The downloads of the hub adapters of ``spec.lora`` (spec order, one per distinct request);
     raises :class:`SpecError` for a repo id or revision the cache cannot lay out on disk."""
 

@@ -93,8 +93,8 @@ async def observe_adapters(ctx: OperatorContext, name: str, namespace: str, labe
         job_name = fetch.job_name(name)
         job = ctx.cache.get(JOB.kind, namespace, job_name, label)
         state, progress, retry_in = await _observe_job(ctx, name, namespace, label, job_name, job, now)
-        downloads.append(AdapterDownload(job=job_name, source=fetch.source, adapters=fetch.adapters, state=state,
-                                         progress=progress, retry_in_s=retry_in))
+        downloads.append(AdapterDownload(job=job_name, source=fetch.source, adapters=fetch.adapters,
+                                         state=state, progress=progress, retry_in_s=retry_in))
     return tuple(downloads)
 
 
@@ -115,7 +115,8 @@ async def _observe_job(ctx: OperatorContext, name: str, namespace: str, label: s
         retry_in = max(0.0, ctx.settings.fetch_retry_interval_s - waited)
         if retry_in == 0.0 and await ctx.kube.delete(JOB, namespace, job_name):
             ctx.cache.remove(JOB.kind, namespace, job_name)
-            logger.info("%s/%s: deleted the failed fetch Job %s; a new one is made", namespace, name, job_name)
+            logger.info("%s/%s: deleted the failed fetch Job %s; a new one is made",
+                        namespace, name, job_name)
             state = JobState(FetchPhase.PENDING, state.reason, f"retrying after: {state.message}")
             retry_in = None
     return state, progress, retry_in

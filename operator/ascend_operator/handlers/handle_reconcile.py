@@ -327,7 +327,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     return PassResult(Phase(status["phase"]), _due(ctx, cache, downloads))
 
 
-def _due(ctx: OperatorContext, cache: CacheObservation | None, downloads: Sequence[AdapterDownload]) -> float | None:
+def _due(ctx: OperatorContext, cache: CacheObservation | None,
+         downloads: Sequence[AdapterDownload]) -> float | None:
     """Seconds until a failed fetch Job's retry, or the progress poll while an adapter downloads
     (its bytes show in no API object); None when nothing is due."""
 
