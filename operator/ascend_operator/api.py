@@ -47,6 +47,7 @@ from pydantic import (
     Field,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -120,6 +121,7 @@ __all__ = [
     "LoraSpec",
     "LoraStatus",
     "AdapterSource",
+    "AdapterHubSource",
     "AdapterPvcSource",
     "AdapterHostPathSource",
     "ModelSpec",
@@ -369,15 +371,17 @@ class HostPathSource(_Spec):
     )
 
 
+#: A repository id on Hugging Face or ModelScope: ``org/name`` (or a legacy org-less ``name``).
+HubRepoId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][-._A-Za-z0-9]*(/[-._A-Za-z0-9]+)?$"),
+]
+
+
 class HubSource(_Spec):
     """A model downloaded from a hub at start-up into the pod's model cache."""
 
-    id: Annotated[
-        str,
-        StringConstraints(
-            min_length=1, max_length=256, pattern=r"^[A-Za-z0-9][-._A-Za-z0-9]*(/[-._A-Za-z0-9]+)?$"
-        ),
-    ] = Field(description="Repository id on the hub, for example Qwen/Qwen2.5-72B-Instruct.")
+    id: HubRepoId = Field(description="Repository id on the hub, for example Qwen/Qwen2.5-72B-Instruct.")
 
 
 class CacheAccessMode(str, enum.Enum):
@@ -445,6 +449,14 @@ class ModelCacheSpec(_Spec):
 
 #: A branch, tag or commit as the hubs name them (and the model cache can lay out on disk).
 REVISION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/-]*$"
+Revision = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=REVISION_PATTERN)]
+#: The revision rule CEL adds to the pattern (RE2 has no look-ahead for "no '..'").
+REVISION_RULE = SpecRule(
+    cel="!has(self.revision) || !self.revision.contains('..')",
+    message="revision must not contain '..'; name a branch, tag or commit",
+    field_path=".revision",
+    holds=lambda source: source.revision is None or ".." not in source.revision,
+)
 
 
 class ModelSpec(_Spec):
@@ -456,7 +468,7 @@ class ModelSpec(_Spec):
     model_scope: HubSource | None = Field(
         None, description="Download from ModelScope by repository id (sets VLLM_USE_MODELSCOPE=true)."
     )
-    revision: Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=REVISION_PATTERN)] | None = Field(
+    revision: Revision | None = Field(
         None,
         description=(
             "Model revision (branch, tag or commit) for hub sources: letters, digits, '.', '_', '-' and '/', "
@@ -528,6 +540,10 @@ class Toleration(_Spec):
     )
 
 
+#: The keys of a core/v1 Affinity.
+AFFINITY_KINDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
 class NpuSpec(_Spec):
     """NPU placement: which device, how many per replica, and where pods may run."""
 
@@ -568,11 +584,27 @@ class NpuSpec(_Spec):
     affinity: dict[str, Any] | None = Field(
         None,
         description=(
-            "Pod affinity (a core/v1 Affinity object), passed through verbatim; the API server "
-            "validates it when the operator writes the Deployment."
+            "Pod affinity (a core/v1 Affinity object), passed through verbatim; the operator refuses keys "
+            "other than nodeAffinity, podAffinity and podAntiAffinity (each an object), and the API server "
+            "validates the rest when the operator writes the Deployment."
         ),
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity_kinds(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Server-side apply answers an unknown field of the pod template with HTTP 500 (no field
+        # named): say which key is wrong on the resource instead.
+        if value is None:
+            return value
+        for key, item in value.items():
+            if key not in AFFINITY_KINDS:
+                raise ValueError(
+                    f"unknown affinity {key!r}; a core/v1 Affinity has {', '.join(AFFINITY_KINDS)}")
+            if not isinstance(item, dict):
+                raise ValueError(f"affinity {key} must be an object, got {type(item).__name__}")
+        return value
     priority_class_name: DnsSubdomain | None = Field(
         None, description="Pod priorityClassName, passed through."
     )
@@ -1203,11 +1235,45 @@ class AdapterHostPathSource(_Spec):
     )
 
 
+class AdapterHubSource(_Spec):
+    """A LoRA adapter downloaded from a hub into the model cache (``spec.model.cache`` with
+    ``create`` or ``claimName``) by a fetch Job of its own; served once the download is complete."""
+
+    id: HubRepoId = Field(
+        description="Repository id of the adapter on the hub, for example org/qwen2.5-7b-sql-lora."
+    )
+    revision: Revision | None = Field(
+        None,
+        description=(
+            "Adapter revision (branch, tag or commit): letters, digits, '.', '_', '-' and '/', starting with a "
+            "letter or digit, no '..'. Default: the hub's default branch."
+        ),
+    )
+    token_secret_ref: SecretKeyRef | None = Field(
+        None,
+        description=(
+            "Secret key holding the hub token for this adapter (HF_TOKEN or MODELSCOPE_API_TOKEN of its fetch "
+            "Job). Default: none (a public repository)."
+        ),
+    )
+
+
 class AdapterSource(_Spec):
-    """Where one adapter's files (adapter_config.json and weights) are: exactly one of pvc and hostPath."""
+    """Where one adapter's files (adapter_config.json and weights) are: exactly one of pvc, hostPath,
+    huggingFace and modelScope."""
 
     pvc: AdapterPvcSource | None = Field(None, description="A directory on a PersistentVolumeClaim.")
     host_path: AdapterHostPathSource | None = Field(None, description="A directory on the node.")
+    hugging_face: AdapterHubSource | None = Field(
+        None, description="Download from Hugging Face into the model cache (needs spec.model.cache)."
+    )
+    model_scope: AdapterHubSource | None = Field(
+        None, description="Download from ModelScope into the model cache (needs spec.model.cache)."
+    )
+
+    def hub(self) -> AdapterHubSource | None:
+        """The hub source, when the adapter comes from a hub."""
+        return self.hugging_face or self.model_scope
 
 
 class LoraAdapterSpec(_Spec):
@@ -1472,12 +1538,7 @@ SPEC_RULES.update(
                 field_path="",
                 holds=lambda m: len(m.sources()) == 1,
             ),
-            SpecRule(
-                cel="!has(self.revision) || !self.revision.contains('..')",
-                message="revision must not contain '..'; name a branch, tag or commit",
-                field_path=".revision",
-                holds=lambda m: m.revision is None or ".." not in m.revision,
-            ),
+            REVISION_RULE,
             SpecRule(
                 cel="!has(self.tokenSecretRef) || has(self.huggingFace) || has(self.modelScope)",
                 message="tokenSecretRef is only used with huggingFace or modelScope sources; remove it",
@@ -1592,12 +1653,15 @@ SPEC_RULES.update(
             ),
             _relative_dir_rule(),
         ),
+        AdapterHubSource: (REVISION_RULE,),
         AdapterSource: (
             SpecRule(
-                cel="(has(self.pvc) ? 1 : 0) + (has(self.hostPath) ? 1 : 0) == 1",
-                message="set exactly one adapter source: pvc or hostPath",
+                cel="(has(self.pvc) ? 1 : 0) + (has(self.hostPath) ? 1 : 0) + (has(self.huggingFace) ? 1 : 0)"
+                " + (has(self.modelScope) ? 1 : 0) == 1",
+                message="set exactly one adapter source: pvc, hostPath, huggingFace or modelScope",
                 field_path="",
-                holds=lambda a: (a.pvc is None) != (a.host_path is None),
+                holds=lambda a: sum(
+                    v is not None for v in (a.pvc, a.host_path, a.hugging_face, a.model_scope)) == 1,
             ),
         ),
         LoraSpec: (
@@ -1729,6 +1793,19 @@ SPEC_RULES.update(
                 ),
                 field_path=".lora.adapters",
                 holds=lambda s: s.lora is None or _served_name(s) not in {a.name for a in s.lora.adapters},
+            ),
+            SpecRule(
+                cel="!has(self.lora) || !has(self.lora.adapters) || !self.lora.adapters.exists(a, "
+                "has(a.source.huggingFace) || has(a.source.modelScope)) || (has(self.model.cache) "
+                "&& !has(self.model.cache.hostPath))",
+                message=(
+                    "an adapter with source.huggingFace or source.modelScope is downloaded into the model cache "
+                    "by a Job; set spec.model.cache.create or spec.model.cache.claimName (a hostPath cache has no "
+                    "Job to fill it), or put the adapter on a pvc"
+                ),
+                field_path=".lora.adapters",
+                holds=lambda s: s.lora is None or not any(a.source.hub() for a in s.lora.adapters) or (
+                    s.model.cache is not None and s.model.cache.host_path is None),
             ),
         ),
     }
@@ -1970,6 +2047,22 @@ class ModelCacheStatus(_Status):
     bytes_total: int | None = Field(None, ge=0, description="Bytes to download, from the hub's file listing.")
 
 
+class AdapterDownloadStatus(_Status):
+    """The download of a hub adapter into the model cache (its fetch Job)."""
+
+    source: str = Field(description="hub:repo@revision of the adapter.")
+    job: str = Field(description="The fetch Job of that repo and revision.")
+    phase: str = Field(
+        description="Pending, Downloading, Complete or Failed; the adapter is served once Complete."
+    )
+    reason: str | None = Field(
+        None, description="Why the download failed or is retried (Unauthorized, NotFound, DiskFull, Network, ...)."
+    )
+    message: str | None = Field(None, description="The download's progress or failure, in words.")
+    bytes_done: int | None = Field(None, ge=0, description="Bytes on the cache so far (while downloading).")
+    bytes_total: int | None = Field(None, ge=0, description="Bytes to download, from the hub's file listing.")
+
+
 class LoraAdapterStatus(_Status):
     """One adapter of spec.lora.adapters on the replicas."""
 
@@ -1977,6 +2070,9 @@ class LoraAdapterStatus(_Status):
     loaded: int = Field(0, ge=0, description="Replicas whose engine serves the adapter.")
     failed: int = Field(0, ge=0, description="Replicas where its load failed (retried with backoff).")
     last_error: str | None = Field(None, description="The first failing replica and the engine's message.")
+    download: AdapterDownloadStatus | None = Field(
+        None, description="Hub adapters: the download into the model cache (the adapter is loaded once complete)."
+    )
 
 
 class LoraStatus(_Status):
@@ -2056,8 +2152,8 @@ class AscendLLMDeploymentStatus(_Status):
         default_factory=list,
         max_length=16,
         description=(
-            "Ready, Progressing, Degraded, WaitingForNPU, Autoscaling, GraphModeFallback, LeakSuspected "
-            "and InvalidSpec conditions."
+            "Ready, Progressing, Degraded, WaitingForNPU, ModelCached, Autoscaling, Routing, GraphModeFallback, "
+            "LeakSuspected, LoraWarning and InvalidSpec conditions."
         ),
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )

@@ -57,6 +57,27 @@ class CacheObservation:
     retry_in_s: float | None = None
 
 
+@dataclass(frozen=True)
+class AdapterDownload:
+    """One hub adapter download: the fetch Job of an
+    :class:`~ascend_operator.builders.modelcache.AdapterFetch`."""
+
+    job: str
+    #: ``huggingface:org/name@revision``.
+    source: str
+    #: The adapters served from it.
+    adapters: tuple[str, ...]
+    state: JobState
+    progress: FetchProgress | None = None
+    retry_in_s: float | None = None
+
+    def as_cache(self) -> CacheObservation:
+        """The download in the model cache's terms, for :func:`describe`."""
+        return CacheObservation(claim_name=None, host_path=None, retained=True, source=self.source,
+                                job=self.job, state=self.state, progress=self.progress,
+                                retry_in_s=self.retry_in_s)
+
+
 def _condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("type") == type_ and condition.get("status") == "True":

@@ -6,7 +6,9 @@
   config the operator builds, for the vllm-ascend version the image names in its tag
   (``...-vllm-ascend-v0.23.0``, as the operator's default images do); an image whose tag names
   none is not checked here (the runtime still refuses at start-up, exit 2). Its refusals come
-  back with the spec's field names, as :class:`ascend_operator.api.SpecError` problems.
+  back with the spec's field names, as :class:`ascend_operator.api.SpecError` problems; its
+  warnings (LoRA with ``spec.engine.quantization`` on vllm-ascend up to 0.23.x) as messages in
+  the same words, :func:`lora_warnings`, which the status shows in the ``LoraWarning`` condition.
 """
 
 from __future__ import annotations
@@ -51,8 +53,27 @@ def _in_spec_words(message: str) -> tuple[str, str]:
 
 def lora_problems(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[tuple[str, str]]:
     """``(field, message)`` for each LoRA setting of resource ``name`` the operator refuses."""
+    return _check(name, spec, settings)[0]
+
+
+def lora_warnings(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
+    """What the guard warns of for resource ``name`` (the engine may not serve it), in spec words."""
+    return _check(name, spec, settings)[1]
+
+
+def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
+    """Raise :class:`SpecError` naming each refused LoRA setting; else return the guard's warnings
+    (:func:`lora_warnings`), from one check."""
+    problems, warnings = _check(name, spec, settings)
+    if problems:
+        raise SpecError(problems)
+    return warnings
+
+
+def _check(name: str, spec: AscendLLMDeploymentSpec,
+           settings: OperatorSettings) -> tuple[list[tuple[str, str]], list[str]]:
     if not lora_enabled(spec) or spec.lora is None:
-        return []
+        return [], []
     problems: list[tuple[str, str]] = []
     served = display_model(spec, name)
     for index, adapter in enumerate(spec.lora.adapters):
@@ -67,11 +88,4 @@ def lora_problems(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSe
     platform = "cpu" if spec.platform == Platform.CPU else "ascend"
     support = check_lora_support(config, platform, image_vllm_ascend(image))
     problems.extend(_in_spec_words(error) for error in support.errors)
-    return problems
-
-
-def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> None:
-    """Raise :class:`SpecError` naming each refused LoRA setting; return when there is none."""
-    problems = lora_problems(name, spec, settings)
-    if problems:
-        raise SpecError(problems)
+    return problems, [_in_spec_words(warning)[1] for warning in support.warnings]

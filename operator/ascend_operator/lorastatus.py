@@ -2,9 +2,11 @@
 
 Read from each replica's runtime state (``RuntimeState.adapters``; a multi-node replica's
 leader, which alone loads adapters): per adapter, on how many replicas it is Loaded, on how
-many it Failed and the last error; ``replicas`` counts the replicas whose runtime reported.
-:func:`lora_events` posts a Warning when an adapter fails on every reporting replica, or when a
-replica cannot use the adapters file, on the transition only.
+many it Failed and the last error; ``replicas`` counts the replicas whose runtime reported. A hub
+adapter also carries its ``download`` (the fetch Job's phase, reason and progress), from the
+operator's own observation of that Job. :func:`lora_events` posts a Warning when an adapter
+fails on every reporting replica, when a replica cannot use the adapters file, or when an
+adapter's download fails, on the transition (or a new failure message) only.
 """
 
 from __future__ import annotations
@@ -12,21 +14,43 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ascend_runtime.cachelayout import FetchPhase
 from ascend_runtime.config import AdapterPhase, RuntimeState
 
 from ascend_operator.api import AscendLLMDeploymentSpec
+from ascend_operator.cachestatus import AdapterDownload, describe
 
 #: The longest error kept per adapter (the status must stay small; the pod's /state has all of it).
 MAX_ERROR = 1024
 ADAPTER_FAILED = "AdapterFailed"
 ADAPTERS_FILE_INVALID = "AdaptersFileInvalid"
+ADAPTER_DOWNLOAD_FAILED = "AdapterDownloadFailed"
+
+
+def _download(download: AdapterDownload) -> dict[str, Any]:
+    state = download.state
+    out: dict[str, Any] = {"source": download.source, "job": download.job, "phase": state.phase.value}
+    if state.reason:
+        out["reason"] = state.reason
+    if state.phase != FetchPhase.COMPLETE:
+        # Without the retry countdown, so the status (and the Event) changes only when the download does.
+        out["message"] = describe(download.as_cache(), retry=False)[:MAX_ERROR]
+    progress = download.progress
+    if progress is not None and state.phase == FetchPhase.DOWNLOADING:
+        out["bytesDone"] = progress.bytes_done
+        if progress.bytes_total is not None:
+            out["bytesTotal"] = progress.bytes_total
+    return out
 
 
 def lora_status(spec: AscendLLMDeploymentSpec,
-                replicas: Sequence[tuple[str, RuntimeState | None]]) -> dict[str, Any] | None:
-    """``status.lora`` from ``(pod, runtime state)`` per replica; None while LoRA is off."""
+                replicas: Sequence[tuple[str, RuntimeState | None]],
+                downloads: Sequence[AdapterDownload] = ()) -> dict[str, Any] | None:
+    """``status.lora`` from ``(pod, runtime state)`` per replica and the hub adapters'
+    ``downloads``; None while LoRA is off."""
     if spec.lora is None or not spec.lora.enabled:
         return None
+    download_of = {adapter: download for download in downloads for adapter in download.adapters}
     reporting = [(pod, state) for pod, state in replicas if state is not None]
     adapters = []
     for adapter in spec.lora.adapters:
@@ -45,6 +69,8 @@ def lora_status(spec: AscendLLMDeploymentSpec,
         item: dict[str, Any] = {"name": adapter.name, "loaded": loaded, "failed": failed}
         if last_error is not None:
             item["lastError"] = last_error
+        if adapter.name in download_of:
+            item["download"] = _download(download_of[adapter.name])
         adapters.append(item)
     status: dict[str, Any] = {"replicas": len(reporting), "adapters": adapters}
     file_errors = [f"{pod}: {state.adapters_error}" for pod, state in reporting if state.adapters_error]
@@ -74,4 +100,15 @@ def lora_events(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> l
     if after.get("fileError") and after.get("fileError") != before.get("fileError"):
         events.append(("Warning", ADAPTERS_FILE_INVALID, (
             f"the adapters file cannot be used, the last good set stays in force: {after['fileError']}")))
+    failed_before = _failed_downloads(before)
+    for name, download in _failed_downloads(after).items():
+        if failed_before.get(name) != download:
+            events.append(("Warning", ADAPTER_DOWNLOAD_FAILED, (
+                f"adapter {name} is not served: {download.get('message') or download['source']}; "
+                "the fetch Job is made again after the operator's fetch retry interval")))
     return events
+
+
+def _failed_downloads(lora: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {a["name"]: a["download"] for a in lora.get("adapters") or []
+            if (a.get("download") or {}).get("phase") == FetchPhase.FAILED.value}

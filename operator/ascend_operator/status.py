@@ -41,7 +41,9 @@ will undo. ``Autoscaling`` and ``WaitingForNPU`` appear once they first apply (a
 never autoscaled or never waited does not carry them) and stay, False, afterwards.
 
 LoRA (``spec.lora`` enabled): ``status.lora`` says per adapter on how many replicas it is loaded
-or failed (:mod:`ascend_operator.lorastatus`).
+or failed, and for a hub adapter where its download stands (:mod:`ascend_operator.lorastatus`).
+The ``LoraWarning`` condition is True with the LoRA guard's warnings while it has any (a Warning
+Event per new message), appears once it first applies and stays, False, afterwards.
 """
 
 from __future__ import annotations
@@ -58,7 +60,14 @@ from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, display_chip, display_model
 from ascend_operator.builders.common import LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL
 from ascend_operator.builders.routing import missing_engine_metrics, pool_parents
-from ascend_operator.cachestatus import MODEL_CACHED, CacheObservation, cache_condition, cache_status, describe
+from ascend_operator.cachestatus import (
+    MODEL_CACHED,
+    AdapterDownload,
+    CacheObservation,
+    cache_condition,
+    cache_status,
+    describe,
+)
 from ascend_operator.lorastatus import lora_events, lora_status
 
 READY = "Ready"
@@ -71,9 +80,12 @@ ROUTING = "Routing"
 GRAPH_MODE_FALLBACK = "GraphModeFallback"
 LEAK_SUSPECTED = "LeakSuspected"
 INVALID_SPEC = "InvalidSpec"
+#: spec.lora: a combination the installed vllm-ascend may not serve (the LoRA guard's warnings).
+LORA_WARNING = "LoraWarning"
+LORA_LIMITATION = "KnownEngineLimitation"
 #: The order conditions appear in (``kubectl describe`` shows them as listed).
 CONDITION_ORDER = (READY, PROGRESSING, DEGRADED, WAITING_FOR_NPU, MODEL_CACHED, AUTOSCALING, ROUTING,
-                   GRAPH_MODE_FALLBACK, LEAK_SUSPECTED, INVALID_SPEC)
+                   GRAPH_MODE_FALLBACK, LEAK_SUSPECTED, LORA_WARNING, INVALID_SPEC)
 
 #: Progressing reasons that stop the reconcile from making the workload (Warning Event each).
 CHILD_CONFLICT = "ChildConflict"
@@ -181,6 +193,10 @@ class Observation:
     workload: Mapping[str, Any] | None = None
     #: spec.model.cache: the claim and the download (ascend_operator.cachestatus).
     cache: CacheObservation | None = None
+    #: The hub LoRA adapters' downloads (their fetch Jobs), for status.lora.
+    adapter_downloads: Sequence[AdapterDownload] = ()
+    #: The LoRA guard's warnings (ascend_operator.lora.lora_warnings), for the LoraWarning condition.
+    lora_warnings: Sequence[str] = ()
     #: None while spec.routing is off.
     routing: RoutingObservation | None = None
 
@@ -800,6 +816,11 @@ def compute_status(
         put(ROUTING, False, ROUTING_DISABLED, "spec.routing is off; no InferencePool, Endpoint Picker or HTTPRoute")
     put(GRAPH_MODE_FALLBACK, *_fallback_condition(replicas))
     put(LEAK_SUSPECTED, *_leak_condition(replicas))
+    if observation.lora_warnings:
+        put(LORA_WARNING, True, LORA_LIMITATION, "; ".join(observation.lora_warnings))
+    elif get_condition(previous, LORA_WARNING):
+        put(LORA_WARNING, False, "NoKnownLimitation",
+            "the LoRA guard knows of no problem with this spec and image")
     put(INVALID_SPEC, False, "Valid", "the spec is valid")
 
     status: dict[str, Any] = {
@@ -824,7 +845,8 @@ def compute_status(
         status["autoscaling"] = autoscaling
     if cache is not None:
         status["modelCache"] = cache_status(cache)
-    lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas])
+    lora = lora_status(spec, [(replica.name, replica.state) for replica in replicas],
+                       observation.adapter_downloads)
     if lora is not None:
         status["lora"] = lora
     if routing is not None:
@@ -854,7 +876,7 @@ def invalid_spec_status(
 # ------------------------------------------------------------------------------- events
 
 #: Conditions whose turning True (or changing while True) is announced with a Warning Event.
-_WARN_WHEN_TRUE = (GRAPH_MODE_FALLBACK, LEAK_SUSPECTED, INVALID_SPEC)
+_WARN_WHEN_TRUE = (GRAPH_MODE_FALLBACK, LEAK_SUSPECTED, LORA_WARNING, INVALID_SPEC)
 #: Progressing False for these reasons is no problem; any other reason (a refused or conflicting
 #: child, a workload that cannot make pods, LeaderWorkerSet missing) is a Warning Event per message.
 _PROGRESSING_OK_REASONS = frozenset({"RolloutComplete", "ReplicasFailed"})

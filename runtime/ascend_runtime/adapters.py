@@ -8,8 +8,11 @@ entries with a ``parent``), and closes the gap through vLLM's runtime endpoints
 (``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``): new names are loaded,
 removed ones unloaded, a name whose path changed is unloaded and loaded again. A failed load
 or unload is retried after ``lora.retryInitialS``, doubling per failure up to ``lora.retryMaxS``;
-the engine is never restarted for it. A file that cannot be read or parsed leaves the last good
-set in force (``/state``'s ``adaptersError`` says why). Each adapter's state is published in
+the engine is never restarted for it. An adapter downloaded into the model cache (its entry has
+a ``cacheMarker``) is loaded only once that marker exists and the directory holds the files it
+lists (:func:`download_problem`); until then it is Failed with the reason, and retried the same
+way. A file that cannot be read or parsed leaves the last good set in force (``/state``'s
+``adaptersError`` says why). Each adapter's state is published in
 ``/state`` (``adapters``) and as ``ascend_llm_lora_*`` metrics. Only the leader of a multi-node
 group runs it: the engine's API server is there.
 """
@@ -30,7 +33,9 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from ascend_runtime.cachelayout import CacheMarker
 from ascend_runtime.config import (
+    Adapter,
     AdapterPhase,
     AdapterSet,
     AdapterStatus,
@@ -128,6 +133,23 @@ class AdapterFile:
             self.error = f"{error}; keeping the previous set"
             log.warning("%s", self.error)
         return self.current
+
+
+def download_problem(adapter: Adapter) -> str | None:
+    """Why a downloaded adapter cannot be loaded yet: no completion marker, or its directory does
+    not hold what the marker lists; None when it can (or it is no download)."""
+
+    if adapter.cache_marker is None:
+        return None
+    try:
+        marker = CacheMarker.model_validate_json(Path(adapter.cache_marker).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"the adapter's download is not complete: no marker at {adapter.cache_marker}"
+    except (OSError, ValueError) as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return f"the adapter's cache marker {adapter.cache_marker} cannot be used: {first}"
+    incomplete = marker.incomplete(adapter.path)
+    return f"the adapter's download is incomplete: {incomplete}" if incomplete is not None else None
 
 
 class AdapterRequestError(RuntimeError):
@@ -260,8 +282,13 @@ class AdapterReconciler:
         for name, path in loaded.items():
             if desired.get(name) == path:
                 self._mark_loaded(name, path, first_seen=True)
+        entries = {adapter.name: adapter for adapter in desired_set.adapters}
         for action in plan_actions(desired, loaded):
             if self._retry_at.get(action.name, 0.0) > self.monotonic():
+                continue
+            problem = download_problem(entries[action.name]) if action.kind is not ActionKind.UNLOAD else None
+            if problem is not None:
+                self._fail(action.name, action.path, problem)
                 continue
             await self._execute(action, loaded)
         in_file = {adapter.name for adapter in desired_set.adapters}

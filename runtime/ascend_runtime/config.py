@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 #: libyaml's safe dumper where PyYAML has it (the same text as yaml.safe_dump, about five times
@@ -433,6 +441,14 @@ class Adapter(_Model):
     path: str = Field(
         description="Absolute path of the adapter directory (adapter_config.json and weights) in the pod.",
     )
+    cache_marker: str | None = Field(
+        None,
+        description=(
+            "The model cache's completion marker of a downloaded adapter "
+            "(ascend_runtime.cachelayout.marker_path): the adapter is loaded only once the marker exists "
+            "and the directory at path holds what it lists."
+        ),
+    )
 
     @field_validator("name")
     @classmethod
@@ -444,11 +460,12 @@ class Adapter(_Model):
             )
         return value
 
-    @field_validator("path")
+    @field_validator("path", "cache_marker")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"path {value!r} must be absolute (a directory inside the pod, e.g. /adapters/x)")
+    def _absolute(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"{to_camel(info.field_name or 'path')} {value!r} must be absolute "
+                             "(a path inside the pod, e.g. /adapters/x)")
         return value
 
 
@@ -481,7 +498,8 @@ class AdapterSet(_Model):
         ]
 
     def to_yaml(self) -> str:
-        return yaml.dump(self.model_dump(mode="json", by_alias=True), Dumper=_DUMPER, sort_keys=False)
+        return yaml.dump(self.model_dump(mode="json", by_alias=True, exclude_none=True), Dumper=_DUMPER,
+                         sort_keys=False)
 
 
 def parse_adapter_set(data: Any, source: str = "adapters") -> AdapterSet:

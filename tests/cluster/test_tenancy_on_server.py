@@ -420,6 +420,7 @@ class Pipeline:
     def run(self, index: int, spec: Any) -> None:
         from ascend_operator.api import SpecError, parse_spec
         from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler
+        from ascend_operator.builders.modelcache import plan_adapter_fetches, plan_cache
         from ascend_operator.lora import enforce_lora
         from ascend_operator.policy import enforce_policy
 
@@ -445,6 +446,9 @@ class Pipeline:
         try:
             parsed = parse_spec(stored)
             enforce_policy(parsed, self.settings)
+            # What the reconcile refuses besides (a repo id or revision the cache cannot lay out).
+            plan_cache(f"f{index}", parsed, self.settings)
+            plan_adapter_fetches(parsed, self.settings)
             enforce_lora(f"f{index}", parsed, self.settings)
         except SpecError as error:
             assert error.problems and all(path.startswith("spec") for path, _ in error.problems), error

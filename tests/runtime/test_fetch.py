@@ -532,3 +532,61 @@ def test_modelscope_progress_shows_the_bytes_while_downloading(tmp_path, tiny_fi
             thread.join(60)
         assert result == [FetchExit.OK]
         assert fetcher.progress.get().bytes_done == total
+
+
+# ---------------------------------------------------------------------------------------------
+# Hub LoRA adapters: the operator's request, fetched, where the adapters ConfigMap points
+# ---------------------------------------------------------------------------------------------
+
+ADAPTER_FILES = {
+    "adapter_config.json": json.dumps({"peft_type": "LORA", "r": 8, "lora_alpha": 16,
+                                       "target_modules": ["q_proj", "v_proj"]}).encode(),
+    "adapter_model.safetensors": bytes(range(256)) * 64,
+    "README.md": b"# an adapter card, not fetched",
+}
+
+
+@pytest.mark.usefixtures("_modelscope_home")
+@pytest.mark.parametrize("source", ["huggingFace", "modelScope"])
+def test_a_hub_adapter_is_fetched_where_its_configmap_entry_points_and_the_runtime_accepts_it(tmp_path, source):
+    import yaml
+    from ascend_operator.api import parse_spec
+    from ascend_operator.builders import BuildMeta, Observed, build_children
+    from ascend_operator.builders.modelcache import CACHE_DIR, plan_adapter_fetches
+    from ascend_operator.settings import load_settings
+    from ascend_runtime.adapters import download_problem
+    from ascend_runtime.config import ADAPTERS_FILE_KEY, parse_adapter_set
+
+    spec = parse_spec({"model": {"pvc": {"claimName": "weights"}, "cache": {"claimName": "cache"}},
+                       "platform": "CPU", "lora": {"adapters": [{"name": "sql", "source": {source: {
+                           "id": "org/sql-lora", "tokenSecretRef": {"name": "hub", "key": "token"}}}}]}})
+    settings = load_settings({})
+    (planned,) = plan_adapter_fetches(spec, settings)
+    root = tmp_path / "cache"  # the claim, where the Job mounts it at CACHE_DIR
+    if source == "huggingFace":
+        hub, repo = FakeHub, make_repo(ADAPTER_FILES, token=TOKEN)
+    else:
+        hub, repo = FakeModelScope, ms_repo(ADAPTER_FILES, token=TOKEN)
+    with hub({"org/sql-lora": repo}) as fake:
+        # What the fetch Job runs: the operator's request (its Job's command), on this machine's paths.
+        request = planned.request.model_copy(update={"cache_root": str(root), "endpoint": fake.url})
+        fetcher = Fetcher(request, FetchOptions(progress_host="127.0.0.1", progress_port=0,
+                                                termination_log=str(tmp_path / "termination-log")),
+                          env={request.default_token_env(): TOKEN})  # the Job's env from tokenSecretRef
+        code = fetcher.run()
+        assert code is FetchExit.OK, (tmp_path / "termination-log").read_text()
+
+    # The entry the operator writes once the Job completed, seen where a pod mounts the cache.
+    children = build_children(BuildMeta("demo", "llm"), spec, settings,
+                              Observed(adapter_jobs_complete=frozenset({planned.job_name("demo")})))
+    (entry,) = parse_adapter_set(yaml.safe_load(children.adapters_configmap["data"][ADAPTERS_FILE_KEY])).adapters
+    assert entry.path.startswith(f"{CACHE_DIR}/models/") and entry.cache_marker.startswith(f"{CACHE_DIR}/models/")
+    local = entry.model_copy(update={"path": entry.path.replace(CACHE_DIR, str(root), 1),
+                                     "cache_marker": entry.cache_marker.replace(CACHE_DIR, str(root), 1)})
+    assert download_problem(local) is None
+    fetched = sorted(p.name for p in Path(local.path).iterdir() if p.is_file())
+    assert fetched == ["adapter_config.json", "adapter_model.safetensors"]  # what vLLM loads, no card
+    assert Path(local.path, "adapter_model.safetensors").read_bytes() == ADAPTER_FILES["adapter_model.safetensors"]
+    # A file lost afterwards is seen before the engine is asked to load.
+    Path(local.path, "adapter_model.safetensors").unlink()
+    assert "incomplete" in download_problem(local)

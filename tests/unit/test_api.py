@@ -410,3 +410,15 @@ def test_autoscaler_provider_setting_is_validated() -> None:
     )
     with pytest.raises(SettingsError, match="ASCEND_LLM_OPERATOR_AUTOSCALER_PROVIDER"):
         load_settings({"ASCEND_LLM_OPERATOR_AUTOSCALER_PROVIDER": "vpa"})
+
+
+@pytest.mark.parametrize(("affinity", "words"), [
+    ({"": []}, "unknown affinity ''; a core/v1 Affinity has nodeAffinity, podAffinity, podAntiAffinity"),
+    ({"nodeAfinity": {}}, "unknown affinity 'nodeAfinity'"),
+    ({"podAffinity": []}, "affinity podAffinity must be an object, got list"),
+])
+def test_an_affinity_with_a_key_no_affinity_has_is_refused_naming_the_field(affinity: Any, words: str) -> None:
+    # Server-side apply would answer such a pod template with HTTP 500, naming no field of the spec.
+    [(field, message)] = problems({"model": HF, "npu": {"affinity": affinity}})
+    assert field == "spec.npu.affinity" and words in message
+    parse_spec({"model": HF, "npu": {"affinity": {"nodeAffinity": {}, "podAntiAffinity": {"x": 1}}}})

@@ -305,6 +305,7 @@ RULE_PATHS = {
     api.AdapterSource: ".lora.adapters[].source",
     api.AdapterPvcSource: ".lora.adapters[].source.pvc",
     api.AdapterHostPathSource: ".lora.adapters[].source.hostPath",
+    api.AdapterHubSource: (".lora.adapters[].source.huggingFace", ".lora.adapters[].source.modelScope"),
 }
 
 
@@ -325,8 +326,9 @@ def failing_cel_messages(spec: dict[str, Any]) -> set[str]:
     """Messages of the CEL rules (on every node in RULE_PATHS) that reject ``spec``."""
     env = celpy.Environment()
     failed = set()
-    for path in RULE_PATHS.values():
-        for value in _values_at(spec, path):
+    for paths in RULE_PATHS.values():
+        for path, value in [(path, value) for path in ((paths,) if isinstance(paths, str) else paths)
+                            for value in _values_at(spec, path)]:
             for rule in _rules_at(path):
                 program = env.program(env.compile(rule["rule"]))
                 if not program.evaluate({"self": celpy.json_to_cel(value)}):
@@ -513,6 +515,18 @@ RULE_CASES = {
         {"name": "a", "source": {"hostPath": {"path": "/data/../etc"}}}]}},
     "lora dotted names": {"model": HF, "lora": {"adapters": [
         {"name": "a", "source": {"hostPath": {"path": "/data/..a", "subPath": "..b/.c"}}}]}},
+    "lora hub adapters on a claim cache": {"model": {**HF, "cache": {"claimName": "c"}}, "lora": {"adapters": [
+        {"name": "a", "source": {"huggingFace": {"id": "org/a", "revision": "refs/pr/1",
+                                                 "tokenSecretRef": {"name": "s", "key": "k"}}}},
+        {"name": "b", "source": {"modelScope": {"id": "org/b"}}}]}},
+    "lora hub adapter without a cache": {"model": HF, "lora": {"adapters": [
+        {"name": "a", "source": {"huggingFace": {"id": "org/a"}}}]}},
+    "lora hub adapter on a hostPath cache": {"model": {**HF, "cache": {"hostPath": "/data/cache"}}, "lora": {
+        "adapters": [{"name": "a", "source": {"modelScope": {"id": "org/a"}}}]}},
+    "lora hub adapter revision dotdot": {"model": {**HF, "cache": {"claimName": "c"}}, "lora": {"adapters": [
+        {"name": "a", "source": {"modelScope": {"id": "org/a", "revision": "v1..2"}}}]}},
+    "lora hub and pvc": {"model": {**HF, "cache": {"claimName": "c"}}, "lora": {"adapters": [
+        {"name": "a", "source": {"pvc": {"claimName": "ad"}, "huggingFace": {"id": "org/a"}}}]}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},
@@ -538,5 +552,6 @@ def test_rule_cases_exercise_every_rule() -> None:
 
 def test_cel_rules_are_in_the_crd_where_the_model_declares_them() -> None:
     assert set(RULE_PATHS) == set(api.SPEC_RULES)
-    for model, path in RULE_PATHS.items():
-        assert [r["rule"] for r in _rules_at(path)] == [rule.cel for rule in api.SPEC_RULES[model]]
+    for model, paths in RULE_PATHS.items():
+        for path in (paths,) if isinstance(paths, str) else paths:
+            assert [r["rule"] for r in _rules_at(path)] == [rule.cel for rule in api.SPEC_RULES[model]]

@@ -432,3 +432,37 @@ def test_a_round_that_breaks_unexpectedly_is_logged_not_raised(tmp_path, caplog)
     write(path, a="/a")
     run(rec.round())
     assert "adapter reconcile round failed: KeyError('data')" in caplog.text
+
+
+def test_a_downloaded_adapter_is_loaded_only_once_its_cache_marker_says_the_files_are_there(tmp_path):
+    from ascend_runtime.cachelayout import CacheMarker, FetchRequest, snapshot_files
+    from ascend_runtime.fetch import write_marker
+
+    request = FetchRequest(repo_id="org/sql-lora", cache_root=str(tmp_path / "cache"))
+    snapshot = Path(request.model_dir)
+    engine, clock = ScriptedEngine(), Clock()
+    rec, path, store = reconciler(tmp_path, engine, clock)
+    path.write_text(AdapterSet.model_validate({"adapters": [
+        {"name": "sql", "path": str(snapshot), "cacheMarker": str(request.marker_path)}]}).to_yaml())
+    run(rec.reconcile_once())
+    assert engine.calls == []  # no marker: the engine is not asked
+    status = store.snapshot()["adapters"][0]
+    assert status["state"] == "Failed"
+    assert status["lastError"] == f"the adapter's download is not complete: no marker at {request.marker_path}"
+
+    snapshot.mkdir(parents=True)
+    (snapshot / "adapter_config.json").write_text('{"r": 8}')
+    (snapshot / "adapter_model.safetensors").write_bytes(b"x" * 64)
+    present = snapshot_files(snapshot, request.patterns())
+    write_marker(request, CacheMarker.now(request, "c0ffee", len(present), sum(present.values())))
+    (snapshot / "adapter_model.safetensors").write_bytes(b"x" * 10)  # not what the marker lists
+    clock.now += 2.0  # the first retry
+    run(rec.reconcile_once())
+    assert engine.calls == []
+    assert store.snapshot()["adapters"][0]["lastError"].startswith("the adapter's download is incomplete: ")
+
+    (snapshot / "adapter_model.safetensors").write_bytes(b"x" * 64)
+    clock.now += 4.0  # the second retry
+    run(rec.reconcile_once())
+    assert engine.calls == [("load", "sql")] and engine.adapters == {"sql": str(snapshot)}
+    assert states(store) == {"sql": "Loaded"}

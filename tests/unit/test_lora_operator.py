@@ -12,7 +12,7 @@ import pytest
 import yaml
 from ascend_operator.api import AscendLLMDeploymentStatus, SpecError, parse_spec
 from ascend_operator.builders import CONFIG_HASH_ANNOTATION, BuildMeta, Children, build_children
-from ascend_operator.lora import enforce_lora, image_vllm_ascend, lora_problems
+from ascend_operator.lora import enforce_lora, image_vllm_ascend, lora_problems, lora_warnings
 from ascend_operator.lorastatus import lora_events, lora_status
 from ascend_operator.policy import enforce_policy
 from ascend_operator.settings import load_settings
@@ -315,3 +315,45 @@ def test_a_warning_for_a_new_file_error() -> None:
                                      "the adapters file cannot be used, the last good set stays in force: "
                                      "demo-a: not a mapping")]
     assert lora_events(bad, bad) == []
+
+
+# --- the guard's warnings -----------------------------------------------------------------------
+
+QUANTIZED = {"model": {"pvc": {"claimName": "w"}, "servedName": "base"}, "engine": {"quantization": "ascend"},
+             "lora": {"adapters": [adapter("sql")]}}
+
+
+def test_lora_with_quantization_is_warned_of_in_spec_words_where_the_guard_knows_the_version() -> None:
+    [warning] = lora_warnings("demo", parse_spec(QUANTIZED), DEFAULTS)
+    assert warning == (
+        "spec.lora.enabled with spec.engine.quantization ascend: vllm-ascend v0.23.0 does not support LoRA on "
+        "quantized MoE models (vllm-ascend v0.23.0 docs, user_guide/feature_guide/lora.md); a dense model is not "
+        "covered by that note")
+    assert lora_problems("demo", parse_spec(QUANTIZED), DEFAULTS) == []  # a warning, not a refusal
+    assert enforce_lora("demo", parse_spec(QUANTIZED), DEFAULTS) == [warning]  # what the reconcile shows
+    for other in ({"image": "reg/runtime:1.0-vllm-ascend-v0.24.0"}, {"lora": {"enabled": False}},
+                  {"engine": {}}):
+        assert lora_warnings("demo", parse_spec({**QUANTIZED, **other}), DEFAULTS) == []
+
+
+def _observed(warnings: tuple[str, ...]) -> Observation:
+    return Observation(name="demo", generation=1, selector="x", endpoint=None, resource_name=None,
+                       remembered_for="k", lora_warnings=warnings)
+
+
+def test_the_warning_is_a_condition_and_one_warning_event_per_new_message() -> None:
+    spec = parse_spec(QUANTIZED)
+    first = compute_status(spec, _observed(("w1",)), None, NOW)
+    condition = next(c for c in first["conditions"] if c["type"] == "LoraWarning")
+    assert (condition["status"], condition["reason"], condition["message"]) == ("True", "KnownEngineLimitation", "w1")
+    assert ("Warning", "KnownEngineLimitation", "w1") in transition_events({}, first)
+    again = compute_status(spec, _observed(("w1",)), first, NOW)
+    assert not [e for e in transition_events(first, again) if e[1] == "KnownEngineLimitation"]
+    other = compute_status(spec, _observed(("w1", "w2")), again, NOW)
+    assert ("Warning", "KnownEngineLimitation", "w1; w2") in transition_events(again, other)
+    cleared = compute_status(spec, _observed(()), other, NOW)
+    condition = next(c for c in cleared["conditions"] if c["type"] == "LoraWarning")
+    assert (condition["status"], condition["reason"]) == ("False", "NoKnownLimitation")
+    assert not [e for e in transition_events(other, cleared) if e[0] == "Warning"]
+    # A resource that never had a warning carries no such condition.
+    assert "LoraWarning" not in {c["type"] for c in compute_status(spec, _observed(()), None, NOW)["conditions"]}

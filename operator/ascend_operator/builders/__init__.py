@@ -45,7 +45,13 @@ from ascend_operator.builders.engine_config import (
     startup_budget,
 )
 from ascend_operator.builders.leaderworkerset import build_leaderworkerset, lws_missing
-from ascend_operator.builders.modelcache import build_cache_claim, build_fetch_job, plan_cache
+from ascend_operator.builders.modelcache import (
+    build_adapter_fetch_job,
+    build_cache_claim,
+    build_fetch_job,
+    plan_adapter_fetches,
+    plan_cache,
+)
 from ascend_operator.builders.pdb import build_pdb
 from ascend_operator.builders.routing import build_routing, routing_missing
 from ascend_operator.builders.service import build_runtime_service, build_service, endpoint_url
@@ -100,6 +106,12 @@ class Observed:
     remembered_mode: GraphMode | None = None
     #: The key the mode was remembered under (:func:`remembered_mode_key`); a mismatch drops it.
     remembered_for: str | None = None
+    #: Names of the hub adapters' fetch Jobs that have completed: only their adapters enter the
+    #: adapters ConfigMap ...
+    adapter_jobs_complete: frozenset[str] = frozenset()
+    #: ... or those the live adapters ConfigMap already lists at the same path (name -> path): a
+    #: completed Job deleted and made again does not unload an adapter the pods serve.
+    adapters_served: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,9 @@ class Children:
     adapters_configmap: dict[str, Any] | None = None
     #: The Job that fills a claim with a hub model; the workload waits for it to complete.
     fetch_job: dict[str, Any] | None = None
+    #: One Job per hub adapter repo, revision and token (spec.lora); nothing waits for them but the
+    #: adapters' entries in the adapters ConfigMap.
+    adapter_fetch_jobs: tuple[dict[str, Any], ...] = ()
     leaderworkerset: dict[str, Any] | None = None
     hpa: dict[str, Any] | None = None
     scaled_object: dict[str, Any] | None = None
@@ -160,6 +175,7 @@ class Children:
             self.configmap,
             *((self.adapters_configmap,) if self.adapters_configmap is not None else ()),
             *((self.fetch_job,) if self.fetch_job is not None else ()),
+            *self.adapter_fetch_jobs,
             self.workload,
             self.service,
             self.runtime_service,
@@ -207,17 +223,28 @@ def build_children(
     multinode = spec.nodes_per_replica > 1
     scaling = spec.autoscaling is not None and spec.autoscaling.enabled
     plan = plan_cache(meta.name, spec, settings)
+    fetches = plan_adapter_fetches(spec, settings) if plan is not None and plan.claim_name is not None else ()
+    downloaded = {
+        adapter: fetch for fetch in fetches for adapter in fetch.adapters
+        if fetch.job_name(meta.name) in observed.adapter_jobs_complete
+        or observed.adapters_served.get(adapter) == str(fetch.request.model_dir)
+    }
     return Children(
         cache_claim=build_cache_claim(meta.name, meta.namespace, plan) if plan is not None else None,
         cache_claim_owned=bool(plan and plan.cache.create and plan.cache.create.delete_with_resource),
         fetch_job=build_fetch_job(meta.name, meta.namespace, spec, settings, plan, image) if plan else None,
+        adapter_fetch_jobs=tuple(
+            build_adapter_fetch_job(meta.name, meta.namespace, settings, plan, fetch, image)
+            for fetch in fetches if plan is not None
+        ),
         names=names,
         image=image,
         engine_config=config,
         remembered_key=key,
         configmap=configmap,
         adapters_configmap=(
-            build_adapters_configmap(meta.name, meta.namespace, names.adapters, spec) if lora_enabled(spec) else None
+            build_adapters_configmap(meta.name, meta.namespace, names.adapters, spec, downloaded)
+            if lora_enabled(spec) else None
         ),
         deployment=None if multinode else build_deployment(*workload_args),
         leaderworkerset=build_leaderworkerset(*workload_args) if multinode else None,

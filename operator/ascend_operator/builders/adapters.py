@@ -12,12 +12,20 @@ distinct volume (one PVC, one node directory) is mounted once, read-only, at
 directory inside it: adding or removing an adapter on a volume already mounted changes only the
 ConfigMap; adding the first adapter of another volume, or removing the last one of a volume,
 rolls the pods.
+
+A hub adapter (``source.huggingFace`` / ``modelScope``) needs no volume of its own: its fetch Job
+(:func:`ascend_operator.builders.modelcache.plan_adapter_fetches`) downloads it into the model
+cache, which the serving pods mount at ``models/`` whenever LoRA is on. Its entry (the snapshot's
+directory and its completion marker) enters the ConfigMap only once that Job has completed, so a
+pod never tries to load a half-downloaded adapter; adding or removing one changes only the
+ConfigMap.
 """
 
 from __future__ import annotations
 
 import enum
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +33,7 @@ from ascend_runtime.config import ADAPTERS_FILE_KEY, DEFAULT_ADAPTERS_PATH, Adap
 
 from ascend_operator.api import AscendLLMDeploymentSpec, LoraAdapterSpec
 from ascend_operator.builders.common import common_labels, content_hash, with_spec_hash
+from ascend_operator.builders.modelcache import AdapterFetch
 
 #: Where each adapter volume is mounted in the pod.
 ADAPTERS_MOUNT_ROOT = "/mnt/adapters"
@@ -65,12 +74,14 @@ class AdapterVolume:
         return {"name": self.name, "mountPath": self.mount_path, "readOnly": True}
 
 
-def _volume_and_dir(adapter: LoraAdapterSpec) -> tuple[AdapterVolume, str | None]:
+def _volume_and_dir(adapter: LoraAdapterSpec) -> tuple[AdapterVolume, str | None] | None:
+    """The adapter's volume and directory inside it; None for a hub adapter (on the cache)."""
     source = adapter.source
     if source.pvc is not None:
         return AdapterVolume(VolumeKind.PVC, source.pvc.claim_name), source.pvc.sub_path
-    assert source.host_path is not None  # the model's rule: exactly one source
-    return AdapterVolume(VolumeKind.HOST_PATH, source.host_path.path), source.host_path.sub_path
+    if source.host_path is not None:
+        return AdapterVolume(VolumeKind.HOST_PATH, source.host_path.path), source.host_path.sub_path
+    return None
 
 
 def lora_enabled(spec: AscendLLMDeploymentSpec) -> bool:
@@ -82,11 +93,22 @@ def _adapters(spec: AscendLLMDeploymentSpec) -> list[LoraAdapterSpec]:
     return spec.lora.adapters if spec.lora is not None and spec.lora.enabled else []
 
 
-def adapter_set(spec: AscendLLMDeploymentSpec) -> AdapterSet:
-    """The runtime's adapter set: each adapter's directory inside its volume's mount."""
+def adapter_set(spec: AscendLLMDeploymentSpec,
+                downloaded: Mapping[str, AdapterFetch] | None = None) -> AdapterSet:
+    """The runtime's adapter set: each adapter's directory inside its volume's mount; a hub adapter's
+    snapshot on the cache (with its marker) only when ``downloaded`` (adapter name -> its completed
+    download) holds it, else it is left out."""
+    downloaded = downloaded or {}
     adapters = []
     for adapter in _adapters(spec):
-        volume, sub_path = _volume_and_dir(adapter)
+        placed = _volume_and_dir(adapter)
+        if placed is None:
+            fetch = downloaded.get(adapter.name)
+            if fetch is not None:
+                adapters.append(Adapter(name=adapter.name, path=str(fetch.request.model_dir),
+                                        cache_marker=str(fetch.request.marker_path)))
+            continue
+        volume, sub_path = placed
         path = f"{volume.mount_path}/{sub_path}" if sub_path else volume.mount_path
         adapters.append(Adapter(name=adapter.name, path=path))
     return AdapterSet(adapters=adapters)
@@ -94,15 +116,17 @@ def adapter_set(spec: AscendLLMDeploymentSpec) -> AdapterSet:
 
 def adapter_volumes(spec: AscendLLMDeploymentSpec) -> list[AdapterVolume]:
     """The distinct volumes the adapters are on, sorted by name (so the order of the adapters
-    in the spec never changes the pod template)."""
-    volumes = {_volume_and_dir(adapter)[0] for adapter in _adapters(spec)}
+    in the spec never changes the pod template); hub adapters are on the cache volume."""
+    volumes = {placed[0] for adapter in _adapters(spec) if (placed := _volume_and_dir(adapter)) is not None}
     return sorted(volumes, key=lambda volume: volume.name)
 
 
 def build_adapters_configmap(
-    name: str, namespace: str, configmap_name: str, spec: AscendLLMDeploymentSpec
+    name: str, namespace: str, configmap_name: str, spec: AscendLLMDeploymentSpec,
+    downloaded: Mapping[str, AdapterFetch] | None = None,
 ) -> dict[str, Any]:
-    """ConfigMap ``configmap_name`` with ``adapters.yaml`` = the adapter set."""
+    """ConfigMap ``configmap_name`` with ``adapters.yaml`` = the adapter set (hub adapters: those
+    in ``downloaded``)."""
     return with_spec_hash(
         {
             "apiVersion": "v1",
@@ -112,6 +136,6 @@ def build_adapters_configmap(
                 "namespace": namespace,
                 "labels": common_labels(name, COMPONENT_ADAPTERS),
             },
-            "data": {ADAPTERS_FILE_KEY: adapter_set(spec).to_yaml()},
+            "data": {ADAPTERS_FILE_KEY: adapter_set(spec, downloaded).to_yaml()},
         }
     )

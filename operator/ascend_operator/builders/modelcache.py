@@ -8,6 +8,12 @@ made only once that Job has completed, and mount ``models/`` read-only and ``com
 writable. With ``hostPath`` every node fills its own directory: an init container of each
 serving pod runs the same fetch (done at once where the node already has the snapshot).
 
+Hub LoRA adapters (``spec.lora.adapters[].source.huggingFace`` / ``modelScope``, claims only) are
+downloaded the same way into the same layout, one Job per repo, revision and token
+(``<name>-adapter-<hash>``), apart from the model's: an adapter's download holds back no pod, and
+with LoRA on the serving pods mount ``models/`` whatever the model's source, so adding one rolls
+no pod either.
+
 A claim the operator creates carries no owner reference, so deleting the resource keeps the
 cached weights, unless ``create.deleteWithResource`` asks otherwise.
 """
@@ -20,7 +26,7 @@ from typing import Any
 from ascend_runtime.cachelayout import PERMANENT_EXIT_CODES, FetchRequest, Hub
 from pydantic import ValidationError
 
-from ascend_operator.api import AscendLLMDeploymentSpec, ModelCacheSpec, SpecError
+from ascend_operator.api import AscendLLMDeploymentSpec, ModelCacheSpec, SecretKeyRef, SpecError
 from ascend_operator.builders.common import common_labels, content_hash, with_spec_hash
 from ascend_operator.names import safe_name
 from ascend_operator.settings import OperatorSettings
@@ -30,6 +36,7 @@ CACHE_DIR = "/var/cache/ascend-llm-model"
 CACHE_VOLUME = "model-cache"
 FETCH_CONTAINER = "fetch"
 COMPONENT_FETCH = "fetch"
+COMPONENT_ADAPTER_FETCH = "adapter-fetch"
 #: The fetch command's progress port (its ``GET /progress``).
 PROGRESS_PORT = 8080
 
@@ -41,6 +48,9 @@ class CachePlan:
     cache: ModelCacheSpec
     claim_name: str | None
     request: FetchRequest | None
+    #: LoRA is on: serving pods mount ``models/`` (where hub adapters are downloaded) even for a
+    #: model that is not from a hub, so adding a hub adapter changes no pod template.
+    lora: bool = False
 
     @property
     def model_path(self) -> str | None:
@@ -90,7 +100,59 @@ def plan_cache(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSetti
         except ValidationError as error:  # what the cache cannot lay out on disk
             raise SpecError([(f"spec.model.{field}.id / spec.model.revision",
                               "; ".join(e["msg"] for e in error.errors()))]) from error
-    return CachePlan(cache=cache, claim_name=claim, request=request)
+    return CachePlan(cache=cache, claim_name=claim, request=request,
+                     lora=spec.lora is not None and spec.lora.enabled)
+
+
+@dataclass(frozen=True)
+class AdapterFetch:
+    """One download of hub adapters into the cache: one repo and revision (with its token), and
+    the adapters served from it (several names may share one repo and revision)."""
+
+    request: FetchRequest
+    token: SecretKeyRef | None
+    adapters: tuple[str, ...]
+
+    @property
+    def source(self) -> str:
+        """``huggingface:org/name@revision``, as status.modelCache.source spells the model's."""
+        return f"{self.request.hub.value}:{self.request.repo_id}@{self.request.revision or 'default'}"
+
+    def job_name(self, name: str) -> str:
+        """``<name>-adapter-<hash of the request and token reference>``: another repo, revision or
+        token is another Job, and never the model's."""
+        token = self.token.model_dump(mode="json") if self.token is not None else None
+        return safe_name(name, "adapter-" + content_hash([self.request.model_dump(mode="json"), token])[:8])
+
+
+def plan_adapter_fetches(spec: AscendLLMDeploymentSpec,
+                         settings: OperatorSettings) -> tuple[AdapterFetch, ...]:
+    """The downloads of the hub adapters of ``spec.lora`` (spec order, one per distinct request);
+    raises :class:`SpecError` for a repo id or revision the cache cannot lay out on disk."""
+
+    lora = spec.lora
+    if lora is None or not lora.enabled:
+        return ()
+    fetches: dict[tuple[str, str | None], AdapterFetch] = {}
+    for index, adapter in enumerate(lora.adapters):
+        source = adapter.source.hub()
+        if source is None:
+            continue
+        hub = Hub.HUGGINGFACE if adapter.source.hugging_face is not None else Hub.MODELSCOPE
+        try:
+            request = FetchRequest(
+                hub=hub, repo_id=source.id, revision=source.revision, cache_root=CACHE_DIR,
+                endpoint=settings.hf_endpoint if hub is Hub.HUGGINGFACE else settings.modelscope_domain,
+            )
+        except ValidationError as error:
+            field = "huggingFace" if hub is Hub.HUGGINGFACE else "modelScope"
+            raise SpecError([(f"spec.lora.adapters[{index}].source.{field}",
+                              "; ".join(e["msg"] for e in error.errors()))]) from error
+        token = source.token_secret_ref
+        key = (request.model_dump_json(), token.model_dump_json() if token is not None else None)
+        known = fetches.get(key)
+        fetches[key] = AdapterFetch(request, token, (*(known.adapters if known else ()), adapter.name))
+    return tuple(fetches.values())
 
 
 def fetch_job_name(name: str, plan: CachePlan) -> str:
@@ -128,27 +190,23 @@ def build_cache_claim(name: str, namespace: str, plan: CachePlan) -> dict[str, A
     })
 
 
-def _fetch_env(spec: AscendLLMDeploymentSpec, plan: CachePlan) -> list[dict[str, Any]]:
-    assert plan.request is not None
-    ref = spec.model.token_secret_ref
-    if ref is None:
-        return []
-    return [{"name": plan.request.default_token_env(),
-             "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}]
-
-
 def fetch_container(spec: AscendLLMDeploymentSpec, plan: CachePlan, settings: OperatorSettings,
                     image: str, *, ports: bool = True) -> dict[str, Any]:
     """The container that runs ``ascend-llm fetch`` for the plan's request (``ports``: declare the
     progress port; an init container does not, its pod's main container declares that port)."""
 
     assert plan.request is not None
+    return _fetch_container(plan.request, spec.model.token_secret_ref, settings, image, ports=ports)
+
+
+def _fetch_container(request: FetchRequest, token: SecretKeyRef | None, settings: OperatorSettings,
+                     image: str, *, ports: bool = True) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": FETCH_CONTAINER,
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["ascend-llm", "fetch", "--request-json",
-                    plan.request.model_dump_json(by_alias=True, exclude_none=True)],
+                    request.model_dump_json(by_alias=True, exclude_none=True)],
         "ports": [{"name": "progress", "containerPort": PROGRESS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": settings.fetch_cpu, "memory": settings.fetch_memory},
                       "limits": {"memory": settings.fetch_memory}},
@@ -157,9 +215,9 @@ def fetch_container(spec: AscendLLMDeploymentSpec, plan: CachePlan, settings: Op
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
                             "capabilities": {"drop": ["ALL"]}},
     }
-    env = _fetch_env(spec, plan)
-    if env:
-        container["env"] = env
+    if token is not None:
+        container["env"] = [{"name": request.default_token_env(),
+                             "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}}]
     if not ports:
         del container["ports"]
     return container
@@ -184,11 +242,27 @@ def build_fetch_job(name: str, namespace: str, spec: AscendLLMDeploymentSpec, se
 
     if not plan.by_job:
         return None
-    labels = common_labels(name, COMPONENT_FETCH)
+    return _job(name, namespace, settings, plan, fetch_job_name(name, plan), COMPONENT_FETCH,
+                fetch_container(spec, plan, settings, image))
+
+
+def build_adapter_fetch_job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan,
+                            fetch: AdapterFetch, image: str) -> dict[str, Any]:
+    """The Job that downloads one hub adapter repo and revision into the claim (next to the
+    models, in the same layout); it is made whatever the model's download is doing."""
+
+    assert plan.claim_name is not None  # the CRD's rule: hub adapters need a claim cache
+    return _job(name, namespace, settings, plan, fetch.job_name(name), COMPONENT_ADAPTER_FETCH,
+                _fetch_container(fetch.request, fetch.token, settings, image))
+
+
+def _job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan, job_name: str,
+         component: str, container: dict[str, Any]) -> dict[str, Any]:
+    labels = common_labels(name, component)
     return with_spec_hash({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": fetch_job_name(name, plan), "namespace": namespace, "labels": labels},
+        "metadata": {"name": job_name, "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": settings.fetch_backoff_limit,
             "activeDeadlineSeconds": settings.fetch_deadline_s,
@@ -203,7 +277,7 @@ def build_fetch_job(name: str, namespace: str, spec: AscendLLMDeploymentSpec, se
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
-                    "containers": [fetch_container(spec, plan, settings, image)],
+                    "containers": [container],
                     "volumes": [_volume(plan)],
                     "securityContext": pod_security_context(settings),
                     "automountServiceAccountToken": False,
@@ -218,7 +292,7 @@ def serving_wiring(plan: CachePlan) -> tuple[list[dict[str, Any]], list[dict[str
     """Volumes and engine mounts of a serving pod: the snapshots read-only, compile caches writable."""
 
     mounts: list[dict[str, Any]] = []
-    if plan.request is not None:
+    if plan.request is not None or plan.lora:
         mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/models", "subPath": "models",
                        "readOnly": True})
     if plan.cache.compile_cache:

@@ -5,22 +5,32 @@ owned by the resource unless ``deleteWithResource``, so it is no ordinary child)
 :func:`observe` once the fetch Job was ensured, to decide whether the workload is held back and
 what the status says. A Job that failed for good is deleted ``fetch_retry_interval_s`` after its
 failure, and the next pass makes a new one (a fixed token Secret is no spec change).
+:func:`observe_adapters` does the same for the hub adapters' fetch Jobs, before the children
+are built (their state decides the adapters ConfigMap's entries).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import kopf
-from ascend_runtime.cachelayout import FetchPhase
+from ascend_runtime.cachelayout import FetchPhase, FetchProgress
 
 from ascend_operator.builders import Children
 from ascend_operator.builders.common import RESOURCE_LABEL
-from ascend_operator.builders.modelcache import CachePlan, fetch_job_name
-from ascend_operator.cachestatus import JOB_NAME_LABEL, CacheObservation, JobState, init_state, job_state, running_pod
+from ascend_operator.builders.modelcache import AdapterFetch, CachePlan, fetch_job_name
+from ascend_operator.cachestatus import (
+    JOB_NAME_LABEL,
+    AdapterDownload,
+    CacheObservation,
+    JobState,
+    init_state,
+    job_state,
+    running_pod,
+)
 from ascend_operator.handlers import OperatorContext
 from ascend_operator.k8s import JOB, EnsureResult
 
@@ -66,6 +76,34 @@ async def observe(ctx: OperatorContext, name: str, namespace: str, label: str, p
         return CacheObservation(**base, state=init_state(engine_pods))
 
     job_name = fetch_job_name(name, plan)
+    state, progress, retry_in = await _observe_job(ctx, name, namespace, label, job_name, job, now)
+    held_back = state.phase != FetchPhase.COMPLETE
+    return CacheObservation(**base, job=job_name, state=state, progress=progress, held_back=held_back,
+                            retry_in_s=retry_in)
+
+
+async def observe_adapters(ctx: OperatorContext, name: str, namespace: str, label: str,
+                           fetches: Sequence[AdapterFetch], now: datetime) -> tuple[AdapterDownload, ...]:
+    """The hub adapters' fetch Jobs as the watches show them (before the children are built: a
+    completed one lets its adapters into the adapters ConfigMap); deletes a failed Job whose retry
+    time has come (the same pass makes a new one)."""
+
+    downloads = []
+    for fetch in fetches:
+        job_name = fetch.job_name(name)
+        job = ctx.cache.get(JOB.kind, namespace, job_name, label)
+        state, progress, retry_in = await _observe_job(ctx, name, namespace, label, job_name, job, now)
+        downloads.append(AdapterDownload(job=job_name, source=fetch.source, adapters=fetch.adapters,
+                                         state=state, progress=progress, retry_in_s=retry_in))
+    return tuple(downloads)
+
+
+async def _observe_job(ctx: OperatorContext, name: str, namespace: str, label: str, job_name: str,
+                       job: Mapping[str, Any] | None, now: datetime
+                       ) -> tuple[JobState, FetchProgress | None, float | None]:
+    """A fetch Job's state, its progress while it downloads, and the seconds until a failed one is
+    replaced (deleted here once that time has come)."""
+
     pods = ctx.cache.pods(namespace, label, {JOB_NAME_LABEL: job_name})
     state = job_state(job, pods)
     progress = None
@@ -77,10 +115,8 @@ async def observe(ctx: OperatorContext, name: str, namespace: str, label: str, p
         retry_in = max(0.0, ctx.settings.fetch_retry_interval_s - waited)
         if retry_in == 0.0 and await ctx.kube.delete(JOB, namespace, job_name):
             ctx.cache.remove(JOB.kind, namespace, job_name)
-            logger.info("%s/%s: deleted the failed fetch Job %s; the next pass makes a new one",
+            logger.info("%s/%s: deleted the failed fetch Job %s; a new one is made",
                         namespace, name, job_name)
             state = JobState(FetchPhase.PENDING, state.reason, f"retrying after: {state.message}")
             retry_in = None
-    held_back = state.phase != FetchPhase.COMPLETE
-    return CacheObservation(**base, job=job_name, state=state, progress=progress, held_back=held_back,
-                            retry_in_s=retry_in)
+    return state, progress, retry_in

@@ -6,12 +6,16 @@ only differences:
 
 1. parse the spec and check it against the administrator's policies and the LoRA guard
    (:mod:`ascend_operator.lora`); an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
-   new message), touches no child, and is not retried (the user's next edit is a new event);
+   new message), touches no child, and is not retried (the user's next edit is a new event); the
+   guard's warnings go into the ``LoraWarning`` condition;
 2. ask what the cluster serves (discovery, cached for ``discovery_ttl_s``): it picks the
    autoscaler (``choose_autoscaler``), says whether a multi-node spec can have its
    LeaderWorkerSet (``lws_missing``) and whether ``spec.routing`` can have its pool and route
    (``routing_missing``: when not, no routing child is made, and the Routing condition says why);
-3. build the children (pure builders), add the owner reference (this resource, controller);
+3. read the hub LoRA adapters' fetch Jobs from the watches (``handle_cache.observe_adapters``):
+   an adapter enters the adapters ConfigMap once its Job has completed (or while the live
+   ConfigMap already lists it at the same path); build the children (pure builders), add the
+   owner reference (this resource, controller);
 4. ensure each child in order, compared with the live one as the watches show it
    (``watchcache``; read from the API server only when the watches show none): server-side
    apply when missing, changed or drifted (``k8s.Kube.ensure``), then delete the children of
@@ -23,21 +27,23 @@ only differences:
    create pods: no PriorityClass, quota, admission) and the autoscaler's HPA, compute the status,
    post Events for transitions, and patch the status only when it differs from the server's.
 
-The next run is due after ``progress_poll_interval_s`` while a replica starts or the model
-downloads (neither shows in API objects), else after ``resync_interval_s``, or sooner when a
-failed fetch Job's retry is due (``handle_cache``).
+The next run is due after ``progress_poll_interval_s`` while a replica starts or the model or
+a hub adapter downloads (neither shows in API objects), else after ``resync_interval_s``, or
+sooner when a failed fetch Job's retry is due (``handle_cache``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 import kopf
-from ascend_runtime.config import GraphMode
+import yaml
+from ascend_runtime.cachelayout import FetchPhase
+from ascend_runtime.config import ADAPTERS_FILE_KEY, ConfigError, GraphMode, parse_adapter_set
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, Platform, SpecError, parse_spec
 from ascend_operator.builders import (
@@ -54,12 +60,13 @@ from ascend_operator.builders import (
     selector_labels,
     selector_string,
 )
-from ascend_operator.builders.modelcache import fetch_job_name, plan_cache
+from ascend_operator.builders.modelcache import fetch_job_name, plan_adapter_fetches, plan_cache
 from ascend_operator.builders.routing import RoutingNames, resolve_gateway, routing_enabled
-from ascend_operator.cachestatus import CacheObservation
+from ascend_operator.cachestatus import AdapterDownload, CacheObservation
 from ascend_operator.handlers import OperatorContext, handle_cache
 from ascend_operator.k8s import (
     CHILD_KINDS,
+    CONFIGMAP,
     HPA,
     INFERENCE_POOL,
     JOB,
@@ -67,7 +74,7 @@ from ascend_operator.k8s import (
     NamespaceTerminating,
     Outcome,
 )
-from ascend_operator.names import label_value
+from ascend_operator.names import ChildNames, label_value
 from ascend_operator.lora import enforce_lora
 from ascend_operator.policy import enforce_policy
 from ascend_operator.status import (
@@ -203,7 +210,9 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         spec = parse_spec(body.get("spec") or {})
         enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
         plan_cache(name, spec, ctx.settings)  # a repo id or revision the cache cannot store
-        enforce_lora(name, spec, ctx.settings)  # what the CRD cannot see: the resource name, the image
+        fetches = plan_adapter_fetches(spec, ctx.settings)  # the same for the hub adapters
+        # What the CRD cannot see (the resource name, the image); the warnings go to LoraWarning.
+        warnings = enforce_lora(name, spec, ctx.settings)
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))
@@ -215,13 +224,19 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     missing_routing = routing_missing(spec, ctx.settings, served)
     annotations = dict((body.get("metadata") or {}).get("annotations") or {})
     meta = BuildMeta(name, namespace, generation, annotations=annotations)
-    children = build_children(meta, spec, ctx.settings, _remembered(previous), autoscaler=choice.kind,
+    label = label_value(name)
+    plan = plan_cache(name, spec, ctx.settings)
+    # The hub adapters' downloads before the build: a completed one puts its adapters in the ConfigMap.
+    downloads = await handle_cache.observe_adapters(ctx, name, namespace, label, fetches, now)
+    observed = replace(
+        _remembered(previous),
+        adapter_jobs_complete=frozenset(d.job for d in downloads if d.state.phase == FetchPhase.COMPLETE),
+        adapters_served=_adapters_served(ctx, namespace, label, ChildNames.for_resource(name).adapters),
+    )
+    children = build_children(meta, spec, ctx.settings, observed, autoscaler=choice.kind,
                               routing=missing_routing is None)
     desired = children.objects()
     kopf.append_owner_reference(desired, owner=body)
-
-    label = label_value(name)
-    plan = plan_cache(name, spec, ctx.settings)
     # All engine pods of the resource (multi-node: leaders and workers; the status groups them).
     # status.selector (the scale subresource's) is narrower: one pod per replica.
     pods = ctx.cache.pods(namespace, label, selector_labels(name))
@@ -302,9 +317,36 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         refused=str(refused) if refused is not None else None,
         workload=workload,
         cache=cache,
+        adapter_downloads=downloads,
+        lora_warnings=tuple(warnings),
     )
     status = compute_status(spec, observation, previous, now)
     await _publish(ctx, body, status)
     if refused is not None:
         raise refused  # retried with backoff; the status already says why
-    return PassResult(Phase(status["phase"]), cache.retry_in_s if cache is not None else None)
+    return PassResult(Phase(status["phase"]), _due(ctx, cache, downloads))
+
+
+def _due(ctx: OperatorContext, cache: CacheObservation | None,
+         downloads: Sequence[AdapterDownload]) -> float | None:
+    """Seconds until a failed fetch Job's retry, or the progress poll while an adapter downloads
+    (its bytes show in no API object); None when nothing is due."""
+
+    due = [d.retry_in_s for d in (cache, *downloads) if d is not None and d.retry_in_s is not None]
+    if any(d.state.phase in (FetchPhase.PENDING, FetchPhase.DOWNLOADING) for d in downloads):
+        due.append(ctx.settings.progress_poll_interval_s)
+    return min(due) if due else None
+
+
+def _adapters_served(ctx: OperatorContext, namespace: str, label: str, configmap: str) -> dict[str, str]:
+    """Adapter name -> path as the live adapters ConfigMap lists them (empty when there is none,
+    or it cannot be read)."""
+
+    live = ctx.cache.get(CONFIGMAP.kind, namespace, configmap, label)
+    text = ((live or {}).get("data") or {}).get(ADAPTERS_FILE_KEY)
+    if not text:
+        return {}
+    try:
+        return parse_adapter_set(yaml.safe_load(text)).paths()
+    except (yaml.YAMLError, ConfigError):
+        return {}
