@@ -3,7 +3,8 @@
 Adapters are made here (``ascend_runtime.tinymodel.build_tiny_lora``: PEFT format, random
 weights, no download). One runtime for the module (an engine start costs about a minute here):
 it starts with one adapter in the adapters file, which answers ``model=<adapter>`` (differently
-from the base model) from the first ready moment; an adapter added to the file becomes servable
+from the base model) from the first ready moment; the engine's ``vllm:lora_requests_info``
+passes through the runtime's ``/metrics``; an adapter added to the file becomes servable
 and a removed one answers 404, the engine process staying the same; an adapter the engine
 refuses (rank above lora.maxRank) is Failed with the engine's reason while the rest serve. The
 time from the file change to the adapter answering is printed (README, "LoRA adapters").
@@ -76,6 +77,19 @@ def test_lora_on_cpu_runs_eager_and_serves_the_first_adapter_when_ready(lora_run
     status, base = complete(lora_runtime, str(tiny_model))
     assert status == 200
     assert adapted != base  # the adapter's weights are applied
+
+
+def test_the_engines_lora_metric_passes_through_the_runtime(lora_runtime):
+    assert complete(lora_runtime, "sql")[0] == 200  # the engine logs its scheduler stats with it
+    deadline = time.monotonic() + 30
+    while True:
+        status, text = http("GET", f"{lora_runtime.url}/metrics")
+        samples = [line for line in text.splitlines() if line.startswith("vllm:lora_requests_info{")]
+        if samples or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert status == 200 and samples, text[-3000:]
+    assert all('max_lora="2"' in line for line in samples)  # lora.maxLoras
 
 
 def test_an_added_adapter_becomes_servable_without_restarting_the_engine(lora_runtime, lora_dirs):
