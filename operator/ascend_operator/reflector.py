@@ -143,7 +143,7 @@ class Reflector:
                 self.version = await self._watch_in_thread(self.version or "")
                 self._failures = 0
             except asyncio.CancelledError:
-                self._close()
+                self._interrupt()
                 raise
             except Gone:
                 logger.debug("watch of %s: version too old; listing again", self.scope)
@@ -210,7 +210,21 @@ class Reflector:
             self._close()
         return version
 
+    def _interrupt(self) -> None:
+        """Wake the thread reading the stream (the reflector is cancelled): shut its socket down.
+        Closing the response here instead would wait for the reader's buffer lock, which the
+        thread holds while it waits for data: the event loop would hang until the next event."""
+
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()
+            except Exception:  # noqa: BLE001,S110  (already closed)
+                pass
+
     def _close(self) -> None:
+        """Close the response (in the reading thread)."""
+
         response, self._response = self._response, None
         if response is not None:
             try:

@@ -4,7 +4,8 @@ Covered: scopes per watched namespace or one cluster-wide scope filtered by glob
 the cache and reports the objects a re-list lacks as deleted; the watch resumes from the last
 version (bookmarks included) after the server ends it; a 410 lists again; a failure lists again
 after a backoff; a kind the cluster does not serve is listed again later; events of namespaces
-outside the scope are dropped. The real API server runs the same streams in tests/cluster.
+outside the scope are dropped; a cancelled reflector wakes its reading thread (socket shutdown)
+and leaves the close to that thread. The real API server runs the same streams in tests/cluster.
 """
 
 from __future__ import annotations
@@ -188,3 +189,49 @@ async def test_a_failed_start_up_list_does_not_stop_the_others() -> None:
     await group.list_all()
     assert [r.version for r in group.reflectors] == [None, "80"]
     assert sink.events == [(None, "h")]
+
+
+class BlockingResponse:
+    """A watch that waits for data until its socket is shut down; records which thread closes it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.woken = threading.Event()
+        self.started = threading.Event()
+        self.closed_in: str | None = None
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        self.started.set()
+        self.woken.wait(10)
+        return iter(())
+
+    def shutdown(self) -> None:
+        self.woken.set()
+
+    def close(self) -> None:
+        import threading
+
+        self.closed_in = threading.current_thread().name
+
+    def release_conn(self) -> None:
+        pass
+
+
+async def test_a_cancelled_reflector_wakes_its_reader_and_never_closes_from_the_loop() -> None:
+    cache, kube = WatchCache(), FakeKube()
+    response = BlockingResponse()
+    kube.watch_request = lambda *args, **kwargs: response  # type: ignore[method-assign]
+    reflector = Reflector(Scope(POD, "llm"), kube, cache, Recorder(cache), FAST)  # type: ignore[arg-type]
+    await reflector.list()
+    task = asyncio.create_task(reflector.run())
+    while not response.started.is_set():
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 2)
+    assert response.woken.is_set()
+    for _ in range(100):  # the reader closes it, in its own thread
+        if response.closed_in is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert response.closed_in is not None and response.closed_in.startswith("watch ")
