@@ -39,8 +39,9 @@ FINALIZER = f"{GROUP}/finalizer"
 
 # Watch timeouts. Without a server-side timeout an idle watch can hang forever on a connection a
 # load balancer or NAT dropped silently (kopf #204, #698): the operator would stop seeing changes.
-# The server ends each watch after WATCH_SERVER_TIMEOUT_S and kopf re-lists and re-watches; the
-# client gives up 30 s later if even that end never arrives.
+# The server ends each watch after WATCH_SERVER_TIMEOUT_S; kopf (the resources) re-lists and
+# re-watches, a reflector (children, pods) resumes from its last version; either client gives up
+# 30 s later if even that end never arrives.
 WATCH_SERVER_TIMEOUT_S = 300
 WATCH_CLIENT_TIMEOUT_S = WATCH_SERVER_TIMEOUT_S + 30
 #: Connecting to the API server takes milliseconds in a cluster; 30 s covers a busy control plane.
