@@ -115,3 +115,30 @@ def find_drift(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]
             continue
         _subset(value, live[key], key, found)
     return found
+
+
+#: Fields the API server never lets change once set, per kind: a child whose builder sets one to
+#: another value than the live object's is deleted and created again (an apply would be refused).
+IMMUTABLE_FIELDS: Mapping[str, tuple[tuple[str, ...], ...]] = {
+    "Service": (("spec", "clusterIP"),),  # the runtime Service, which an earlier operator gave a cluster IP
+}
+
+
+def _at(body: Mapping[str, Any], path: Sequence[str]) -> Any:
+    for key in path:
+        if not isinstance(body, Mapping):
+            return None
+        body = body.get(key)  # type: ignore[assignment]
+    return body
+
+
+def immutable_changes(desired: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
+    """The immutable fields (:data:`IMMUTABLE_FIELDS`) that ``desired`` sets to another value than
+    ``live`` has; a field the builder leaves unset is the server's to choose."""
+
+    changed = []
+    for path in IMMUTABLE_FIELDS.get(str(desired.get("kind") or ""), ()):
+        want = _at(desired, path)
+        if want is not None and want != _at(live, path):
+            changed.append(".".join(path))
+    return changed

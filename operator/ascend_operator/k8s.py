@@ -58,7 +58,7 @@ from pydantic import BaseModel, ValidationError
 
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import SPEC_HASH_ANNOTATION
-from ascend_operator.drift import find_drift
+from ascend_operator.drift import find_drift, immutable_changes
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ HTTP_ROUTE = ChildKind("HTTPRoute", "gateway.networking.k8s.io/v1", "httproutes"
 CHILD_KINDS: Final = (CONFIGMAP, SERVICE, DEPLOYMENT, PDB, LEADERWORKERSET, HPA, SCALED_OBJECT, JOB,
                       SERVICE_ACCOUNT, ROLE, ROLE_BINDING, INFERENCE_POOL, HTTP_ROUTE)
 KINDS_BY_NAME: Final = {kind.kind: kind for kind in (*CHILD_KINDS, POD, PVC)}
-#: Watched (by kopf, filtered by the resource label): every child kind and the pods.
+#: Watched (by the reflectors, filtered by the resource label): every child kind and the pods.
 WATCHED_KINDS: Final = (*CHILD_KINDS, POD)
 #: HTTP statuses with which the API server refuses an object as sent (not a transient failure).
 REFUSED_STATUSES: Final = frozenset({400, 403, 409, 422})
@@ -167,6 +167,7 @@ class Outcome(str, enum.Enum):
     UPDATED = "updated"
     UNCHANGED = "unchanged"
     REPAIRED = "repaired"  # fields the operator sets had drifted and were set back
+    REPLACED = "replaced"  # deleted and created again: a field the server keeps immutable changed
     CONFLICT = "conflict"  # a same-named object the resource does not own
 
 
@@ -311,9 +312,10 @@ class Kube:
 
     async def _call(self, kind: ChildKind, verb: str, namespace: str, name: str | None = None, *,
                     resource: str | None = None, query: Sequence[tuple[str, str]] = (),
-                    timeout: float | None = None) -> Any:
-        """Call ``verb`` on ``kind`` (``name`` None: the collection); returns the decoded JSON body
-        (raw, camelCase). ``resource`` ``pods/proxy``: ``name`` is ``<pod>:<port>/<path>``."""
+                    body: Mapping[str, Any] | None = None, timeout: float | None = None) -> Any:
+        """Call ``verb`` on ``kind`` (``name`` None: the collection) with the JSON ``body`` if any;
+        returns the decoded JSON body (raw, camelCase). ``resource`` ``pods/proxy``: ``name`` is
+        ``<pod>:<port>/<path>``."""
 
         plural = resource or kind.plural
         if verb not in API_VERBS.get((kind.group, plural), frozenset()):
@@ -323,7 +325,9 @@ class Kube:
             url = f"{kind_path(kind, namespace)}/{pod}/proxy/{path}"
         else:
             url = kind_path(kind, namespace, name)
-        return await self._in_thread(self._request, _HTTP_METHOD[verb], url, query, timeout=timeout)
+        return await self._in_thread(self._request, _HTTP_METHOD[verb], url, query, timeout=timeout,
+                                     **({"body": json.dumps(body), "content_type": "application/json"}
+                                        if body is not None else {}))
 
     # ------------------------------------------------------------------ children
 
@@ -442,6 +446,11 @@ class Kube:
             drift = find_drift(child, live)
             if not drift:
                 return EnsureResult(Outcome.UNCHANGED, kind.kind, name, live=live)
+        immutable = immutable_changes(child, live) if live is not None else []
+        if immutable:  # an apply would be refused (422): replace the object
+            await self.delete(kind, namespace, name, uid=live["metadata"].get("uid"))
+            applied = await self.apply(kind, child)
+            return EnsureResult(Outcome.REPLACED, kind.kind, name, "changed: " + ", ".join(immutable), live=applied)
         applied = await self.apply(kind, child)
         if live is None:
             return EnsureResult(Outcome.CREATED, kind.kind, name, live=applied)
@@ -449,11 +458,14 @@ class Kube:
             return EnsureResult(Outcome.REPAIRED, kind.kind, name, "drifted: " + ", ".join(drift), live=applied)
         return EnsureResult(Outcome.UPDATED, kind.kind, name, live=applied)
 
-    async def delete(self, kind: ChildKind, namespace: str, name: str) -> bool:
-        """Delete one child; ``False`` when it was already gone."""
+    async def delete(self, kind: ChildKind, namespace: str, name: str, uid: str | None = None) -> bool:
+        """Delete one child (only the object with ``uid`` when given: a precondition, so a
+        same-named object made since is left alone); ``False`` when it was already gone."""
 
+        body = {"preconditions": {"uid": uid}} if uid else None
         try:
-            await self._call(kind, "delete", namespace, name, query=[("propagationPolicy", "Background")])
+            await self._call(kind, "delete", namespace, name, body=body,
+                             query=[("propagationPolicy", "Background")])
         except ApiException as error:
             if error.status == 404:
                 return False

@@ -84,7 +84,7 @@ class ChildNames:
     leaderworkerset: str = ""
     hpa: str = ""
     scaled_object: str = ""
-    #: The ClusterIP Service of the runtime port (probes' /state, /metrics), apart from the API's.
+    #: The headless Service of the runtime port (probes' /state, /metrics), apart from the API's.
     runtime_service: str = ""
     #: The ConfigMap of the LoRA adapter set (apart from the engine config: it changes without a rollout).
     adapters: str = ""

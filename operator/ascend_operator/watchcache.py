@@ -56,6 +56,21 @@ def _version(body: Mapping[str, Any]) -> int:
         return 0
 
 
+#: Kinds whose API server bumps ``metadata.generation`` on every change of their spec (apps and
+#: policy objects, Jobs, custom resources with a status subresource): a change of their status
+#: alone keeps their :meth:`WatchCache.marks`. Every other kind's mark is its resourceVersion.
+GENERATION_KINDS = frozenset({"Deployment", "PodDisruptionBudget", "Job", "LeaderWorkerSet", "ScaledObject",
+                              "InferencePool", "HTTPRoute"})
+
+
+def _mark(body: Mapping[str, Any], version: int) -> int:
+    meta = body.get("metadata") or {}
+    if body.get("kind") in GENERATION_KINDS and meta.get("generation") is not None:
+        return hash(json.dumps([meta.get("generation"), meta.get("labels"), meta.get("annotations"),
+                                meta.get("ownerReferences"), meta.get("deletionTimestamp")], sort_keys=True))
+    return version
+
+
 def matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
@@ -64,8 +79,8 @@ class WatchCache:
     """Children and pods by kind and resource, newest ``resourceVersion`` kept."""
 
     def __init__(self) -> None:
-        #: (kind, namespace, label value) -> name -> (resourceVersion, slim body as JSON).
-        self._groups: dict[tuple[str, str, str], dict[str, tuple[int, str]]] = {}
+        #: (kind, namespace, label value) -> name -> (resourceVersion, slim body as JSON, mark).
+        self._groups: dict[tuple[str, str, str], dict[str, tuple[int, str, int]]] = {}
         #: (kind, namespace, name) -> label value, to find an object by name.
         self._labels: dict[tuple[str, str, str], str] = {}
 
@@ -90,7 +105,7 @@ class WatchCache:
             if old_label != label:  # relabelled: it belongs to another resource now
                 self.remove(kind, namespace, name)
         text = json.dumps(slim(body), separators=(",", ":"), ensure_ascii=False)
-        self._groups.setdefault((kind, namespace, label), {})[name] = (version, text)
+        self._groups.setdefault((kind, namespace, label), {})[name] = (version, text, _mark(body, version))
         self._labels[kind, namespace, name] = label
         return True
 
@@ -105,20 +120,31 @@ class WatchCache:
         """``(namespace, name, label value)`` of every ``kind`` object held."""
         return [(namespace, name, label) for (k, namespace, name), label in self._labels.items() if k == kind]
 
-    def remove(self, kind: str, namespace: str, name: str) -> None:
-        """The object is gone (its DELETED event, or our own delete)."""
+    def remove(self, kind: str, namespace: str, name: str, version: int | None = None) -> None:
+        """The object is gone (its DELETED event at ``version``, or our own delete). A DELETED event
+        older than the object held is the predecessor's: the object was deleted and made again."""
 
-        label = self._labels.pop((kind, namespace, name), None)
+        label = self._labels.get((kind, namespace, name))
         if label is None:
             return
         group = self._groups.get((kind, namespace, label), {})
+        held = group.get(name)
+        if version and held is not None and held[0] > version:
+            return
+        del self._labels[kind, namespace, name]
         group.pop(name, None)
         if not group:
             self._groups.pop((kind, namespace, label), None)
 
     def objects(self, kind: str, namespace: str, label: str) -> list[dict[str, Any]]:
         """Every ``kind`` object labelled for the resource (label value ``label``)."""
-        return [json.loads(text) for _, text in self._groups.get((kind, namespace, label), {}).values()]
+        return [json.loads(entry[1]) for entry in self._groups.get((kind, namespace, label), {}).values()]
+
+    def marks(self, kind: str, namespace: str, label: str) -> dict[str, int]:
+        """Name -> mark of every ``kind`` object labelled for the resource, without parsing them: a
+        mark changes with every change of the object that is not its status alone
+        (:data:`GENERATION_KINDS`), or with every change (the other kinds)."""
+        return {name: entry[2] for name, entry in self._groups.get((kind, namespace, label), {}).items()}
 
     def get(self, kind: str, namespace: str, name: str, label: str) -> dict[str, Any] | None:
         """The ``kind`` object ``name`` if it is labelled for the resource and seen, else ``None``

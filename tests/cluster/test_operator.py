@@ -7,7 +7,8 @@ in them, so runtime ``/state`` reads fail and the status comes from the pods and
 Covered (issue: the operator on a real API server): every example reconciles to schema-valid
 children that ``ascend-llm render`` predicts field by field; a create costs one apply per child
 and an idle resync or a restart writes nothing (the server's own request counts); every kind of
-hand edit of a child is repaired within seconds; a child the server refuses and a workload that
+hand edit of a child is repaired within seconds; a runtime Service with a cluster IP (as 0.1 made
+it) is made again headless; a child the server refuses and a workload that
 cannot make pods reach the status, an Event and backoff; deletes never wait for an operator and
 an operator 0.1 finalizer is removed; status follows pods within seconds and is compared with
 the server's; kill -9 mid-reconcile leaves no duplicate or orphan; defaults the server sets
@@ -285,6 +286,46 @@ def test_a_deleted_child_comes_back(api: Any, namespace: str, operator: Operator
              timeout_s=15)
     wait_for("the PDB", lambda: policy.list_namespaced_pod_disruption_budget(
         namespace, field_selector="metadata.name=gone").items, timeout_s=15)
+
+
+def test_a_runtime_service_with_a_cluster_ip_is_made_again_headless(
+        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
+    """An earlier operator gave ``<name>-runtime`` a cluster IP, which the server never lets
+    change: the operator deletes it and makes it again, headless, instead of failing the apply."""
+
+    from kubernetes.client.exceptions import ApiException
+
+    core = _clients(api)[2]
+    create(api, namespace, "oldsvc", SMALL_NPU_SPEC)
+    settled(api, namespace, "oldsvc")
+    live = api.sanitize_for_serialization(core.read_namespaced_service("oldsvc-runtime", namespace))
+    assert live["spec"]["clusterIP"] == "None"
+    meta = {key: live["metadata"][key] for key in ("name", "namespace", "labels", "annotations", "ownerReferences")}
+    spec = {key: value for key, value in live["spec"].items() if key not in ("clusterIP", "clusterIPs")}
+    old = None
+    for _ in range(5):  # made in the operator's 0.5 s debounce after the delete, as 0.1 made it
+        core.delete_namespaced_service("oldsvc-runtime", namespace)
+        try:
+            old = core.create_namespaced_service(namespace, {"metadata": meta, "spec": spec})
+            break
+        except ApiException as error:
+            if error.status != 409:
+                raise
+            time.sleep(1)
+    assert old is not None and old.spec.cluster_ip not in (None, "None")
+
+    def headless_again() -> bool:
+        try:
+            now = core.read_namespaced_service("oldsvc-runtime", namespace)
+        except ApiException as error:
+            if error.status == 404:  # between the operator's delete and its create
+                return False
+            raise
+        return now.metadata.uid != old.metadata.uid and now.spec.cluster_ip == "None"
+
+    wait_for("the runtime Service to be made again, headless", headless_again, timeout_s=20)
+    resource = settled(api, namespace, "oldsvc")
+    assert condition(resource, "Progressing")["reason"] != "ChildRefused"
 
 
 # ----------------------------------------------------------------------------- failures

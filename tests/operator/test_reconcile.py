@@ -5,7 +5,7 @@ spec-hashes, and exactly the writes measured below; an update patches only the c
 manifest changed; deleting the resource lets the garbage collector take the children; an invalid
 spec (written past the schema, which the emulator does not enforce) gets an InvalidSpec condition
 and Event and no child, and a fix recovers; a resync or a restart with nothing changed sends zero
-writes; drift (a deleted child) is repaired; one bad object (invalid spec, name conflict) does not
+writes, and passes with nothing changed build no child while an edited child is still repaired; drift (a deleted child) is repaired; one bad object (invalid spec, name conflict) does not
 stop the reconcile of the others.
 """
 
@@ -122,6 +122,35 @@ async def test_resync_and_restart_with_nothing_changed_send_zero_writes(emulator
     assert reads["/apis/"] >= 2
     # ... and compared the children the watches show: none was read.
     assert reads[f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/tiny"] == 0
+
+
+async def test_passes_with_nothing_changed_build_nothing_and_a_child_edit_is_still_repaired(
+        emulator, operator, monkeypatch) -> None:
+    from ascend_operator.handlers import handle_reconcile
+
+    builds: list[str] = []
+    real_build = handle_reconcile.build_children
+
+    def counting(meta: BuildMeta, *args: Any, **kwargs: Any) -> Any:
+        builds.append(meta.name)
+        return real_build(meta, *args, **kwargs)
+
+    monkeypatch.setattr(handle_reconcile, "build_children", counting)
+    await apply_resource(emulator, "tiny", CPU_SPEC)
+    await wait_for(lambda: (get_resource(emulator, "tiny") or {}).get("status"), what="a status")
+    await settle(emulator, quiet=2 * RESYNC_S)
+    builds.clear()
+    mark = len(emulator.request_log)
+    await settle(emulator, quiet=3 * RESYNC_S)  # resync passes: the memo says nothing changed
+    assert Counter(r.url.path for r in emulator.request_log[mark:] if r.method.value == "GET")["/apis/"] >= 2
+    assert builds == []
+
+    name = "tiny-config"
+    garbage = {**emulator.get(*CONFIGMAPS, NAMESPACE, name), "data": {"engine-config.yaml": "garbage"}}
+    await api(emulator, "PUT", f"/api/v1/namespaces/{NAMESPACE}/configmaps/{name}", garbage)
+    await wait_for(lambda: emulator.get(*CONFIGMAPS, NAMESPACE, name)["data"]["engine-config.yaml"] != "garbage",
+                   what="the engine config to be repaired")
+    assert builds  # the edit made the next pass a full one
 
 
 async def test_update_patches_only_the_changed_children(emulator, operator, operator_settings) -> None:

@@ -3,14 +3,15 @@
 Covered: a live object with server defaults and foreign additions is no drift; quantities are
 compared by value in either direction (the server stores ``1`` NPU as ``"1"``); a changed value,
 a removed field, a replaced list item and a changed scalar list are drift, named by path;
-status and server-managed metadata are never compared.
+status and server-managed metadata are never compared; an immutable field the builder sets to
+another value (a Service's cluster IP) is named by ``immutable_changes``, one it leaves unset is not.
 """
 
 from __future__ import annotations
 
 import copy
 
-from ascend_operator.drift import find_drift
+from ascend_operator.drift import find_drift, immutable_changes
 
 DESIRED = {
     "apiVersion": "apps/v1",
@@ -72,3 +73,13 @@ def test_status_and_server_metadata_are_never_compared() -> None:
     desired = {**copy.deepcopy(DESIRED), "status": {"replicas": 9}}
     desired["metadata"]["resourceVersion"] = "1"
     assert find_drift(desired, live()) == []
+
+
+def test_a_cluster_ip_the_builder_sets_otherwise_is_an_immutable_change() -> None:
+    headless = {"kind": "Service", "spec": {"clusterIP": "None", "ports": []}}
+    allocated = {"kind": "Service", "spec": {"clusterIP": "10.0.0.7", "ports": []}}
+    assert immutable_changes(headless, allocated) == ["spec.clusterIP"]
+    assert immutable_changes(headless, headless) == []
+    # The clients' Service leaves its cluster IP to the server: whatever it chose is no change.
+    assert immutable_changes({"kind": "Service", "spec": {"ports": []}}, allocated) == []
+    assert immutable_changes({"kind": "ConfigMap", "spec": {"clusterIP": "None"}}, allocated) == []

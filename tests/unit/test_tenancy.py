@@ -229,7 +229,7 @@ def test_the_clients_service_carries_only_the_api_port_and_the_runtime_port_is_c
     assert [p["name"] for p in children.service["spec"]["ports"]] == ["http"]
     runtime = children.runtime_service
     assert runtime["metadata"]["name"] == "demo-runtime"
-    assert runtime["spec"]["type"] == "ClusterIP"
+    assert runtime["spec"]["type"] == "ClusterIP" and runtime["spec"]["clusterIP"] == "None"  # headless
     assert runtime["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "runtime", "protocol": "TCP"}]
     assert runtime["metadata"]["labels"]["app.kubernetes.io/component"] == "runtime"
     assert runtime["spec"]["selector"] == children.service["spec"]["selector"]

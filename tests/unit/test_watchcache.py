@@ -70,6 +70,15 @@ def test_the_newer_version_wins_and_a_deletion_removes() -> None:
     assert cache.get("Deployment", NS, "tiny", "tiny") is None and len(cache) == 0
 
 
+def test_the_deletion_of_a_replaced_objects_predecessor_keeps_the_new_object() -> None:
+    cache = WatchCache()
+    cache.put(obj("Service", "tiny-runtime", 20))  # made again (deleted at 15, created at 20)
+    cache.remove("Service", NS, "tiny-runtime", 15)  # the old object's DELETED event, arriving late
+    assert cache.get("Service", NS, "tiny-runtime", "tiny") is not None
+    cache.remove("Service", NS, "tiny-runtime", 21)
+    assert cache.get("Service", NS, "tiny-runtime", "tiny") is None
+
+
 def test_a_relabelled_object_moves_to_its_new_resource() -> None:
     cache = WatchCache()
     cache.put(obj("ConfigMap", "cm", 1, label="a"))

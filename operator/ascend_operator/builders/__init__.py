@@ -66,6 +66,7 @@ __all__ = [
     "AutoscalerKind",
     "BuildMeta",
     "Children",
+    "ChildrenSummary",
     "Observed",
     "build_children",
     "build_engine_config",
@@ -115,6 +116,21 @@ class Observed:
 
 
 @dataclass(frozen=True)
+class ChildrenSummary:
+    """What the status needs of the children as built (a few names and hashes, not the objects; the
+    children's names are ``ChildNames.for_resource``)."""
+
+    workload_kind: str
+    workload_name: str
+    #: The config hash the workload's pods must carry (``CONFIG_HASH_ANNOTATION``).
+    template_hash: str | None
+    scale_selector: str
+    remembered_key: str
+    #: The autoscaler built: ``"hpa"``, ``"keda"`` or None.
+    autoscaler: AutoscalerKind | None
+
+
+@dataclass(frozen=True)
 class Children:
     """The desired children, as plain dicts without owner references.
 
@@ -131,7 +147,7 @@ class Children:
     configmap: dict[str, Any]
     deployment: dict[str, Any] | None
     service: dict[str, Any]
-    #: The ClusterIP Service of the runtime port (metrics, /state), apart from the clients' one.
+    #: The headless Service of the runtime port (metrics, /state), apart from the clients' one.
     runtime_service: dict[str, Any]
     pdb: dict[str, Any]
     extra: tuple[dict[str, Any], ...] = field(default=())
@@ -165,6 +181,14 @@ class Children:
         spec = self.workload["spec"]
         template = spec["template"] if "template" in spec else spec["leaderWorkerTemplate"]["leaderTemplate"]
         return dict(template["metadata"].get("annotations") or {})
+
+    def summary(self) -> ChildrenSummary:
+        autoscaler: AutoscalerKind | None = "hpa" if self.hpa is not None else (
+            "keda" if self.scaled_object is not None else None)
+        return ChildrenSummary(
+            workload_kind=self.workload["kind"], workload_name=self.workload["metadata"]["name"],
+            template_hash=self.pod_template_annotations().get(CONFIG_HASH_ANNOTATION),
+            scale_selector=self.scale_selector, remembered_key=self.remembered_key, autoscaler=autoscaler)
 
     def objects(self) -> list[dict[str, Any]]:
         """All owned children in apply order (the ConfigMaps before the pods that mount them; the

@@ -6,7 +6,8 @@
 
 :class:`OperatorContext` is what the startup handler puts into kopf's operator-level memo
 (``memo.ascend``): the settings, the one API connection, the store of resource bodies, the
-children and pods the reflectors show (the watch cache) and the work queue. kopf feeds the
+children and pods the reflectors show (the watch cache), what each resource's last full pass
+verified (:mod:`ascend_operator.passmemo`) and the work queue. kopf feeds the
 resources' events in; every reconcile runs from the queue, one at a time per resource, so no
 kopf state (annotations, finalizers) is ever written to a resource.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 import kopf
 
 from ascend_operator.k8s import Kube
+from ascend_operator.passmemo import PassMemo
 from ascend_operator.reflector import Reflectors
 from ascend_operator.settings import OperatorSettings
 from ascend_operator.store import ResourceStore
@@ -36,6 +38,7 @@ class OperatorContext:
     kube: Kube
     store: ResourceStore = field(default_factory=ResourceStore)
     cache: WatchCache = field(default_factory=WatchCache)
+    passes: PassMemo = field(default_factory=PassMemo)
     #: Set by the startup handler once the event loop runs (its worker needs this context).
     queue: WorkQueue | None = None
     #: The list-then-watch streams of the children and pods (set by the startup handler).

@@ -39,6 +39,7 @@ def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[s
     key = key_of(meta["namespace"], meta["name"])
     if event_type == "DELETED":
         ctx.store.remove(key)
+        ctx.passes.forget(key)
         ctx.work.forget(key)
         return
     previous = ctx.store.version(key)
@@ -78,7 +79,7 @@ def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str,
     if not value or not namespace:
         return
     if event_type == "DELETED":
-        ctx.cache.remove(kind, namespace, name)
+        ctx.cache.remove(kind, namespace, name, _version(body))
     elif event_type is None and ctx.cache.version(kind, namespace, name) == _version(body):
         return  # listed again, unchanged (a re-list after a dropped watch)
     else:

@@ -14,9 +14,11 @@ only differences:
    (``routing_missing``: when not, no routing child is made, and the Routing condition says why);
 3. read the hub LoRA adapters' fetch Jobs from the watches (``handle_cache.observe_adapters``):
    an adapter enters the adapters ConfigMap once its Job has completed (or while the live
-   ConfigMap already lists it at the same path); build the children (pure builders), add the
-   owner reference (this resource, controller);
-4. ensure each child in order, compared with the live one as the watches show it
+   ConfigMap already lists it at the same path);
+4. unless the pass memo (:mod:`ascend_operator.passmemo`) shows that neither the build's inputs
+   nor any child changed since a full pass found every child as built: build the children (pure
+   builders), add the owner reference (this resource, controller), and ensure each child in
+   order, compared with the live one as the watches show it
    (``watchcache``; read from the API server only when the watches show none): server-side
    apply when missing, changed or drifted (``k8s.Kube.ensure``), then delete the children of
    kinds no longer desired. A child the API
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -51,6 +53,7 @@ from ascend_operator.builders import (
     AutoscalerChoice,
     BuildMeta,
     Children,
+    ChildrenSummary,
     Observed,
     build_children,
     choose_autoscaler,
@@ -60,7 +63,7 @@ from ascend_operator.builders import (
     selector_labels,
     selector_string,
 )
-from ascend_operator.builders.modelcache import fetch_job_name, plan_adapter_fetches, plan_cache
+from ascend_operator.builders.modelcache import CachePlan, fetch_job_name, plan_adapter_fetches, plan_cache
 from ascend_operator.builders.routing import RoutingNames, resolve_gateway, routing_enabled
 from ascend_operator.cachestatus import AdapterDownload, CacheObservation
 from ascend_operator.handlers import OperatorContext, handle_cache
@@ -74,9 +77,11 @@ from ascend_operator.k8s import (
     NamespaceTerminating,
     Outcome,
 )
-from ascend_operator.names import ChildNames, label_value
 from ascend_operator.lora import enforce_lora
+from ascend_operator.names import ChildNames, label_value
+from ascend_operator.passmemo import children_marks, inputs_digest
 from ascend_operator.policy import enforce_policy
+from ascend_operator.store import key_of
 from ascend_operator.status import (
     AutoscalingObservation,
     Observation,
@@ -128,22 +133,23 @@ async def _publish(ctx: OperatorContext, body: Mapping[str, Any], status: dict[s
 
 
 async def _autoscaling(ctx: OperatorContext, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
-                      choice: AutoscalerChoice, children: Children) -> AutoscalingObservation | None:
+                      choice: AutoscalerChoice, children: ChildrenSummary,
+                      names: ChildNames) -> AutoscalingObservation | None:
     """The autoscaler as built, with the live HPA that does the scaling (for its status)."""
 
     auto = spec.autoscaling
     if auto is None or not auto.enabled:
         return None
     provider = name = hpa_name = None
-    if children.hpa is not None:
-        provider, name = "HorizontalPodAutoscaler", children.names.hpa
+    if children.autoscaler == "hpa":
+        provider, name = "HorizontalPodAutoscaler", names.hpa
         hpa_name = name
-    elif children.scaled_object is not None:
-        provider, name = "ScaledObject", children.names.scaled_object
+    elif children.autoscaler == "keda":
+        provider, name = "ScaledObject", names.scaled_object
         hpa_name = KEDA_HPA_PREFIX + name
     hpa = None
-    if children.hpa is not None:  # our own child: the watches show it
-        hpa = ctx.cache.get(HPA.kind, namespace, children.names.hpa, label)
+    if children.autoscaler == "hpa":  # our own child: the watches show it
+        hpa = ctx.cache.get(HPA.kind, namespace, names.hpa, label)
     if hpa is None and hpa_name:  # KEDA's HPA carries no label of ours
         hpa = await ctx.kube.read(HPA, namespace, hpa_name)
     return AutoscalingObservation(
@@ -187,6 +193,18 @@ async def reconcile_key(ctx: OperatorContext, key: str) -> float | None:
     return min(due, done.due_s) if done.due_s is not None else due
 
 
+@dataclass
+class ChildrenPass:
+    """What ensuring the children found: the live workload, the model cache's state, children in
+    conflict, the refusal that stopped the pass, and whether every child was as built."""
+
+    workload: Mapping[str, Any] | None = None
+    cache: CacheObservation | None = None
+    conflicts: list[str] = field(default_factory=list)
+    refused: ChildRefused | None = None
+    verified: bool = False
+
+
 @dataclass(frozen=True)
 class PassResult:
     """What a pass wrote, and when something it waits for is due (a failed fetch Job's retry)."""
@@ -228,94 +246,62 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     plan = plan_cache(name, spec, ctx.settings)
     # The hub adapters' downloads before the build: a completed one puts its adapters in the ConfigMap.
     downloads = await handle_cache.observe_adapters(ctx, name, namespace, label, fetches, now)
+    names = ChildNames.for_resource(name)
     observed = replace(
         _remembered(previous),
         adapter_jobs_complete=frozenset(d.job for d in downloads if d.state.phase == FetchPhase.COMPLETE),
-        adapters_served=_adapters_served(ctx, namespace, label, ChildNames.for_resource(name).adapters),
+        adapters_served=_adapters_served(ctx, namespace, label, names.adapters),
     )
-    children = build_children(meta, spec, ctx.settings, observed, autoscaler=choice.kind,
-                              routing=missing_routing is None)
-    desired = children.objects()
-    kopf.append_owner_reference(desired, owner=body)
     # All engine pods of the resource (multi-node: leaders and workers; the status groups them).
     # status.selector (the scale subresource's) is narrower: one pod per replica.
     pods = ctx.cache.pods(namespace, label, selector_labels(name))
-    conflicts = []
-    refused: ChildRefused | None = None
-    workload: Mapping[str, Any] | None = None
-    cache: CacheObservation | None = None
-    workload_kind = children.workload["kind"]
-    if missing_lws is None:
-        for child in [children.cache_claim, *desired]:  # in order: what pods mount exists first
-            if child is None:
-                continue
-            if child is children.workload and cache is not None and cache.held_back:
-                # New pods start only from a complete cache; pods already running stay as they are.
-                workload = ctx.cache.get(workload_kind, namespace, child["metadata"]["name"], label)
-                continue
-            try:
-                if child is children.cache_claim:  # not watched: ensure_claim reads it
-                    result = await handle_cache.ensure_claim(ctx, body, children, label)
-                    assert result is not None
-                else:
-                    known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
-                    result = await ctx.kube.ensure(child, uid, known)
-            except NamespaceTerminating:
-                # The namespace (and so this resource) is going: a child deleted by it is not
-                # drift, and nothing can be written there any more.
-                log.debug("%s/%s: the namespace is being deleted", namespace, name)
-                return None
-            except ChildRefused as error:
-                refused = error
-                log.warning("%s/%s: %s", namespace, name, error)
-                break
-            if result.outcome == Outcome.CONFLICT:
-                conflicts.append(result.detail)
-                if child is children.cache_claim:
-                    break  # pods could not mount the cache: nothing after it is made
-                continue
-            if result.outcome != Outcome.UNCHANGED:
-                if result.live is not None and child is not children.cache_claim:  # claims are not watched
-                    ctx.cache.put(result.live)
-                log.info("%s/%s: %s %s %s %s", namespace, name, result.outcome.value, result.kind, result.name,
-                         result.detail)
-            if result.kind == workload_kind:
-                workload = result.live
-            if child is children.fetch_job and plan is not None:
-                cache = await handle_cache.observe(ctx, name, namespace, label, plan, result.live, pods, now)
-
-        if refused is None:
-            for kind in CHILD_KINDS:
-                keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
-                present = ctx.cache.objects(kind.kind, namespace, label)
-                for gone in await ctx.kube.prune(kind, namespace, present, uid, keep):
-                    ctx.cache.remove(kind.kind, namespace, gone)
-                    log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
-
+    key = key_of(namespace, name)
+    # Nothing to apply or delete when neither the build's inputs nor a child changed since a full
+    # pass found every child as built (ascend_operator.passmemo); a model cache's or hub adapters'
+    # passes observe Jobs and claims, so they are always full.
+    inputs = (inputs_digest(body, observed, (choice.kind, missing_lws, missing_routing), ctx.settings)
+              if plan is None and not fetches else None)
+    marks = children_marks(ctx.cache, CHILD_KINDS, namespace, label) if inputs is not None else 0
+    summary = ctx.passes.unchanged(key, inputs, marks) if inputs is not None else None
+    if summary is not None:
+        found = ChildrenPass(workload=ctx.cache.get(summary.workload_kind, namespace, summary.workload_name, label),
+                             verified=True)
+    else:
+        children = build_children(meta, spec, ctx.settings, observed, autoscaler=choice.kind,
+                                  routing=missing_routing is None)
+        summary = children.summary()
+        ensured = await _ensure_children(ctx, body, children, plan, pods, missing_lws, log, now)
+        if ensured is None:
+            return None
+        found = ensured
+        if inputs is not None and found.verified:
+            ctx.passes.record(key, inputs, marks, summary, ctx.settings)
+        else:
+            ctx.passes.forget(key)
+    cache, refused = found.cache, found.refused
     if plan is not None and cache is None:  # no Job, or the pass stopped before it
         job = ctx.cache.get(JOB.kind, namespace, fetch_job_name(name, plan), label) if plan.by_job else None
         cache = await handle_cache.observe(ctx, name, namespace, label, plan, job, pods, now)
     states = await ctx.kube.read_states(namespace, pods)
-    template = children.pod_template_annotations()
     observation = Observation(
         name=name,
         generation=generation,
-        selector=children.scale_selector or selector_string(name),
-        endpoint=endpoint_url(children.names.service, namespace, spec, ctx.settings.cluster_domain),
+        selector=summary.scale_selector or selector_string(name),
+        endpoint=endpoint_url(names.service, namespace, spec, ctx.settings.cluster_domain),
         resource_name=None if spec.platform == Platform.CPU else (
             spec.npu.resource_name or ctx.settings.resource_name(spec.npu.chip)),
-        remembered_for=children.remembered_key,
-        template_hash=template.get(CONFIG_HASH_ANNOTATION),
+        remembered_for=summary.remembered_key,
+        template_hash=summary.template_hash,
         template_hash_key=CONFIG_HASH_ANNOTATION,
         pods=pods,
         states=states,
-        conflicts=tuple(conflicts),
+        conflicts=tuple(found.conflicts),
         nodes_per_replica=spec.nodes_per_replica,
-        autoscaling=await _autoscaling(ctx, namespace, label, spec, choice, children),
+        autoscaling=await _autoscaling(ctx, namespace, label, spec, choice, summary, names),
         routing=await _routing(ctx, name, namespace, label, spec, missing_routing, states),
         lws_missing=missing_lws,
         refused=str(refused) if refused is not None else None,
-        workload=workload,
+        workload=found.workload,
         cache=cache,
         adapter_downloads=downloads,
         lora_warnings=tuple(warnings),
@@ -325,6 +311,74 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     if refused is not None:
         raise refused  # retried with backoff; the status already says why
     return PassResult(Phase(status["phase"]), _due(ctx, cache, downloads))
+
+
+async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], children: Children, plan: CachePlan | None,
+                           pods: Sequence[Mapping[str, Any]], missing_lws: str | None,
+                           log: logging.Logger | logging.LoggerAdapter[Any], now: datetime) -> ChildrenPass | None:
+    """Ensure each child in order, then delete those no longer desired (steps 3 and 4 of the
+    module docstring); ``None`` when the namespace is being deleted."""
+
+    meta = body["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    label = label_value(name)
+    desired = children.objects()
+    kopf.append_owner_reference(desired, owner=body)
+    found = ChildrenPass()
+    if missing_lws is not None:
+        return found
+    workload_kind = children.workload["kind"]
+    changed = False
+    for child in [children.cache_claim, *desired]:  # in order: what pods mount exists first
+        if child is None:
+            continue
+        if child is children.workload and found.cache is not None and found.cache.held_back:
+            # New pods start only from a complete cache; pods already running stay as they are.
+            found.workload = ctx.cache.get(workload_kind, namespace, child["metadata"]["name"], label)
+            changed = True
+            continue
+        try:
+            if child is children.cache_claim:  # not watched: ensure_claim reads it
+                result = await handle_cache.ensure_claim(ctx, body, children, label)
+                assert result is not None
+            else:
+                known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
+                result = await ctx.kube.ensure(child, uid, known)
+        except NamespaceTerminating:
+            # The namespace (and so this resource) is going: a child deleted by it is not
+            # drift, and nothing can be written there any more.
+            log.debug("%s/%s: the namespace is being deleted", namespace, name)
+            return None
+        except ChildRefused as error:
+            found.refused = error
+            log.warning("%s/%s: %s", namespace, name, error)
+            break
+        if result.outcome == Outcome.CONFLICT:
+            found.conflicts.append(result.detail)
+            if child is children.cache_claim:
+                break  # pods could not mount the cache: nothing after it is made
+            continue
+        if result.outcome != Outcome.UNCHANGED:
+            changed = True
+            if result.live is not None and child is not children.cache_claim:  # claims are not watched
+                ctx.cache.put(result.live)
+            log.info("%s/%s: %s %s %s %s", namespace, name, result.outcome.value, result.kind, result.name,
+                     result.detail)
+        if result.kind == workload_kind:
+            found.workload = result.live
+        if child is children.fetch_job and plan is not None:
+            found.cache = await handle_cache.observe(ctx, name, namespace, label, plan, result.live, pods, now)
+
+    if found.refused is None:
+        for kind in CHILD_KINDS:
+            keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
+            present = ctx.cache.objects(kind.kind, namespace, label)
+            for gone in await ctx.kube.prune(kind, namespace, present, uid, keep):
+                changed = True
+                ctx.cache.remove(kind.kind, namespace, gone)
+                log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
+    found.verified = not (changed or found.conflicts or found.refused)
+    return found
 
 
 def _due(ctx: OperatorContext, cache: CacheObservation | None,
