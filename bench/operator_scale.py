@@ -39,6 +39,7 @@ import json
 import os
 import platform
 import signal
+import statistics
 import socket
 import subprocess
 import sys
@@ -195,27 +196,36 @@ class Target:
     detail: str = ""
 
 
-def evaluate(ours: OperatorResult, minimal: OperatorResult | None) -> list[Target]:
-    """The targets of issue #10 for the project's operator; the minimal operator is the yardstick."""
+def evaluate(ours: OperatorResult, minimal: OperatorResult | None,
+             rounds: Sequence[Mapping[str, OperatorResult]] = ()) -> list[Target]:
+    """The targets of issue #10 for the project's operator; the minimal operator is the yardstick.
+
+    ``rounds`` are the further converge-only rounds (``--rounds``): the converge targets are then
+    the median of every round's ratio, each round's two runs having been made back to back."""
 
     targets: list[Target] = []
+    pairs = [(ours, minimal), *((r.get(OURS), r.get(MINIMAL)) for r in rounds)]
     for label, attr in (("converge to last child", "converge_children_s"),
                         ("converge to last status", "converge_status_s")):
-        value = getattr(ours, attr)
-        base = getattr(minimal, attr) if minimal else None
-        if value is None:
+        values = [getattr(o, attr) if o else None for o, _ in pairs]
+        bases = [getattr(m, attr) if m else None for _, m in pairs]
+        if any(value is None for value in values):
             targets.append(Target(f"{label} / minimal", None, f"<= {CONVERGE_RATIO_MAX}x", False,
                                   "the project's operator did not converge"))
         elif minimal is None:
             targets.append(Target(f"{label} / minimal", None, f"<= {CONVERGE_RATIO_MAX}x", None,
                                   "the minimal operator was not run"))
-        elif base is None:
+        elif any(base is None for base in bases):
             targets.append(Target(f"{label} / minimal", None, f"<= {CONVERGE_RATIO_MAX}x", None,
                                   "the minimal operator did not converge: no yardstick"))
         else:
-            ratio = value / base
+            ratios = [value / base for value, base in zip(values, bases, strict=True)]
+            ratio = statistics.median(ratios)
+            detail = "; ".join(f"{value:.1f} s vs {base:.1f} s" for value, base in zip(values, bases, strict=True))
+            if len(ratios) > 1:
+                detail = f"median of {len(ratios)} rounds ({', '.join(f'{r:.2f}' for r in ratios)}): {detail}"
             targets.append(Target(f"{label} / minimal", round(ratio, 3), f"<= {CONVERGE_RATIO_MAX}x",
-                                  ratio <= CONVERGE_RATIO_MAX, f"{value:.1f} s vs {base:.1f} s"))
+                                  ratio <= CONVERGE_RATIO_MAX, detail))
     peak = max((v for v in (ours.rss_peak_mb, ours.rss_restart_peak_mb) if v is not None), default=None)
     targets.append(Target("peak RSS (MB)", peak, f"<= {RSS_MAX_MB:g} at N=1000",
                           None if peak is None else peak <= RSS_MAX_MB,
@@ -277,6 +287,17 @@ def format_table(results: Sequence[OperatorResult]) -> str:
     ]
     lines = ["| | " + " | ".join(r.name for r in results) + " |", "|---" * (len(results) + 1) + "|"]
     lines += [f"| {label} | " + " | ".join(cell(r) for r in results) + " |" for label, cell in rows]
+    return "\n".join(lines)
+
+
+def format_rounds(rounds: Sequence[Mapping[str, OperatorResult]]) -> str:
+    """Converge time of every round (Markdown), in the order each round ran."""
+
+    lines = ["| round | order | converge to last child (s) | to last status (s) |", "|---|---|---|---|"]
+    for index, one in enumerate(rounds, 1):
+        lines.append(f"| {index} | {', '.join(one)} | "
+                     + " / ".join(f"{name} {_fmt(r.converge_children_s)}" for name, r in one.items()) + " | "
+                     + " / ".join(f"{name} {_fmt(r.converge_status_s)}" for name, r in one.items()) + " |")
     return "\n".join(lines)
 
 
@@ -750,7 +771,7 @@ def wait_idle(api: Api, op: OperatorProcess, before: Counter[WriteKey], check: I
 class OperatorRun:
     """One operator's run in its own namespace: converge, idle, restart, cleanup."""
 
-    def __init__(self, ctx: RunContext, name: str, ascend_llm: str) -> None:
+    def __init__(self, ctx: RunContext, name: str, ascend_llm: str, log_suffix: str = "") -> None:
         self.ctx, self.api = ctx, ctx.api
         self.result = OperatorResult(name=name, count=ctx.count)
         self.namespace = create_namespace(ctx.api, f"bench-{name}")
@@ -758,7 +779,7 @@ class OperatorRun:
         self.tracker = Tracker(self.names, ctx.crd.kind)
         self.cpu_start = 0.0
         self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm), operator_env(ctx),
-                                  ctx.log_dir / f"{name}-operator.log")
+                                  ctx.log_dir / f"{name}-operator{log_suffix}.log")
         self.watchers = [
             Watcher(self.api, path.format(ns=self.namespace), METADATA_ONLY, METADATA_ONLY_WATCH,
                     lambda obj, kind=kind: self.tracker.child(kind, obj["metadata"]))
@@ -767,13 +788,16 @@ class OperatorRun:
         self.watchers.append(Watcher(self.api, ctx.crd.collection(self.namespace), "application/json",
                                      "application/json", self.tracker.resource))
 
-    def run(self) -> OperatorResult:
+    def run(self, full: bool = True) -> OperatorResult:
+        """Converge, then (``full``) the idle window and the restart; then clean up."""
+
         result = self.result
         log(f"{result.name}: namespace {self.namespace}, {self.ctx.count} resources, log {self.op.log_path}")
         try:
             self.converge()
-            self.idle()
-            self.restart()
+            if full:
+                self.idle()
+                self.restart()
         except Exception as error:  # noqa: BLE001 - the run is reported with what it measured
             result.errors.append(f"{type(error).__name__}: {error}")
             log(f"{result.name}: ERROR {error}")
@@ -931,6 +955,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S for the project's operator, and the unit "
                              "of the idle window (default %(default)s s).")
     parser.add_argument("--workers", type=int, default=16, help="Threads that apply the resources.")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="Converge rounds (default %(default)s). The first runs every phase; each further "
+                             "one only converges, in fresh namespaces, in the reverse order of the round before "
+                             "(ours, minimal; minimal, ours; ...) so that a drift of the machine's speed "
+                             "cancels. The converge targets are the median of the rounds' ratios.")
     parser.add_argument("--converge-timeout", type=float, default=900.0,
                         help="Seconds (default %(default)s).")
     parser.add_argument("--restart-quiet", type=float, default=15.0,
@@ -960,6 +989,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--operators: {unknown or 'empty'}; choose from {OURS}, {MINIMAL}")
     if args.count < 1:
         parser.error("--count must be at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if args.resync_interval <= 0:
         parser.error("--resync-interval must be positive")
     return args
@@ -996,9 +1027,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                      restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
     started, load_start, commit = time.monotonic(), os.getloadavg(), git_commit()
     results = {name: OperatorRun(ctx, name, args.ascend_llm).run() for name in args.operators}
+    rounds: list[dict[str, OperatorResult]] = []
+    for index in range(1, args.rounds):
+        order = list(reversed(args.operators)) if index % 2 else args.operators
+        rounds.append({name: OperatorRun(ctx, name, args.ascend_llm, f"-round{index + 1}").run(full=False)
+                       for name in order})
     ordered = [results[name] for name in (OURS, MINIMAL) if name in results]
     print(format_table(ordered))
-    targets = evaluate(results[OURS], results.get(MINIMAL)) if OURS in results else []
+    if rounds:
+        print("\n" + format_rounds([results, *rounds]))
+    targets = evaluate(results[OURS], results.get(MINIMAL), rounds) if OURS in results else []
     failed = failures(targets)
     if MINIMAL in results:
         failed += [f"minimal operator: {error}" for error in results[MINIMAL].errors]
@@ -1015,6 +1053,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # This script's own CPU (the operators are its children: not counted here).
             "bench_cpu_s": round(sum(getrusage(RUSAGE_SELF)[:2]), 1),
             "log_dir": str(log_dir), "operators": {name: asdict(result) for name, result in results.items()},
+            "rounds": [{name: {"converge_children_s": r.converge_children_s, "converge_status_s": r.converge_status_s,
+                               "converge_writes": r.converge_writes, "errors": r.errors}
+                        for name, r in one.items()} for one in [results, *rounds]],
             "targets": [asdict(target) for target in targets], "failures": failed, "passed": not failed,
         }
         args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -157,6 +157,23 @@ def test_evaluate_fails_a_restart_that_never_went_idle_and_an_unconverged_run() 
     assert "not idle" in next(t.detail for t in targets if t.name == "writes on restart")
 
 
+def test_evaluate_takes_the_median_of_the_rounds_ratios() -> None:
+    ours = result("ours", converge_children_s=13.0, converge_status_s=13.0)
+    minimal = result("minimal", converge_children_s=10.0, converge_status_s=10.0)
+    rounds = [{"minimal": result("minimal", converge_children_s=20.0, converge_status_s=20.0),
+               "ours": result("ours", converge_children_s=22.0, converge_status_s=22.0)},
+              {"ours": result("ours", converge_children_s=9.0, converge_status_s=9.0),
+               "minimal": result("minimal", converge_children_s=10.0, converge_status_s=10.0)}]
+    targets = osb.evaluate(ours, minimal, rounds)
+    child = next(t for t in targets if t.name == "converge to last child / minimal")
+    assert child.value == 1.1 and child.passed  # 1.3, 1.1 and 0.9: the first round alone would fail
+    assert child.detail.startswith("median of 3 rounds (1.30, 1.10, 0.90)")
+    rounds[1]["ours"] = result("ours", converge_children_s=None, converge_status_s=None)
+    assert verdicts(osb.evaluate(ours, minimal, rounds))["converge to last child / minimal"] is False
+    table = osb.format_rounds([{"ours": ours, "minimal": minimal}, rounds[0]]).splitlines()
+    assert table[3] == "| 2 | minimal, ours | minimal 20.0 / ours 22.0 | minimal 20.0 / ours 22.0 |"
+
+
 def test_evaluate_without_a_yardstick_does_not_pass_the_ratio() -> None:
     alone = verdicts(osb.evaluate(result("ours"), None))
     assert alone["converge to last child / minimal"] is None
