@@ -6,7 +6,9 @@ operator (a ConfigMap, a Deployment, a Service and a PodDisruptionBudget), each 
 reference to the resource, and writes a trivial status (``observedGeneration``). Nothing else: no
 resync, no drift repair, no pod reading, no validation. kopf's defaults are kept, except that
 handler successes are not posted as Events (the project's operator does not post them either, so
-the baseline does not pay writes the project's operator does not make).
+the baseline does not pay writes the project's operator does not make). With
+``MINIMAL_OPERATOR_RUNTIME_SERVICE=1`` (the benchmark's ``minimal-same``) it also applies a second,
+headless Service, as the project's operator makes for the runtime's port: the same five children.
 
 Run: ``KUBECONFIG=... kopf run --standalone -n NS bench/minimal_operator.py``.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -42,6 +45,9 @@ def children(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> list[
 
     container = {"name": "engine", "image": IMAGE, "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
                  "resources": spec.get("resources") or {}}
+    runtime = [{"apiVersion": "v1", "kind": "Service", "metadata": meta(f"{name}-runtime"),
+                "spec": {"clusterIP": "None", "selector": labels,
+                         "ports": [{"name": "metrics", "port": 8080, "targetPort": 8080}]}}]
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
          "data": {"spec.json": json.dumps(spec, sort_keys=True)}},
@@ -51,6 +57,8 @@ def children(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> list[
         {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
          "spec": {"selector": labels,
                   "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http"}]}},
+        # In the project's order: the PodDisruptionBudget last (the benchmark waits for it).
+        *(runtime if os.environ.get("MINIMAL_OPERATOR_RUNTIME_SERVICE") == "1" else []),
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
     ]

@@ -69,6 +69,10 @@ FIELD_MANAGER = "operator-scale-bench"
 
 OURS = "ours"
 MINIMAL = "minimal"
+#: The minimal operator applying the same five children as the project's (its second, headless
+#: Service too): what the project's operator costs beyond the objects the product makes.
+MINIMAL_SAME = "minimal-same"
+OPERATORS = (OURS, MINIMAL, MINIMAL_SAME)
 
 # ------------------------------------------------------------------------------------- targets
 
@@ -674,8 +678,11 @@ def operator_command(name: str, namespace: str, ascend_llm: str) -> list[str]:
     return [sys.executable, "-m", "kopf", "run", "--standalone", "-n", namespace, str(MINIMAL_OPERATOR)]
 
 
-def operator_env(ctx: RunContext) -> dict[str, str]:
+def operator_env(ctx: RunContext, name: str = OURS) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND_LLM_OPERATOR_")}
+    env.pop("MINIMAL_OPERATOR_RUNTIME_SERVICE", None)
+    if name == MINIMAL_SAME:
+        env["MINIMAL_OPERATOR_RUNTIME_SERVICE"] = "1"
     env["KUBECONFIG"] = ctx.kubeconfig
     env["ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S"] = f"{ctx.resync_s:g}"
     # The spec's hostPath model (examples/cpu-tiny.yaml), allowed as an administrator would.
@@ -771,14 +778,16 @@ def wait_idle(api: Api, op: OperatorProcess, before: Counter[WriteKey], check: I
 class OperatorRun:
     """One operator's run in its own namespace: converge, idle, restart, cleanup."""
 
-    def __init__(self, ctx: RunContext, name: str, ascend_llm: str, log_suffix: str = "") -> None:
+    def __init__(self, ctx: RunContext, name: str, ascend_llm: str, log_suffix: str = "",
+                 delete_namespace: bool = True) -> None:
         self.ctx, self.api = ctx, ctx.api
+        self.delete_namespace = delete_namespace
         self.result = OperatorResult(name=name, count=ctx.count)
         self.namespace = create_namespace(ctx.api, f"bench-{name}")
         self.names = [f"llm-{index:04d}" for index in range(ctx.count)]
         self.tracker = Tracker(self.names, ctx.crd.kind)
         self.cpu_start = 0.0
-        self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm), operator_env(ctx),
+        self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm), operator_env(ctx, name),
                                   ctx.log_dir / f"{name}-operator{log_suffix}.log")
         self.watchers = [
             Watcher(self.api, path.format(ns=self.namespace), METADATA_ONLY, METADATA_ONLY_WATCH,
@@ -920,6 +929,8 @@ class OperatorRun:
         for watcher in self.watchers:
             watcher.stopped.set()
         self.op.stop()
+        if not self.delete_namespace:  # the control plane is wiped before the next run
+            return
         log(f"{self.result.name}: deleting namespace {self.namespace}")
         try:
             problem = delete_namespace(self.ctx, self.namespace)
@@ -932,8 +943,16 @@ class OperatorRun:
 # ------------------------------------------------------------------------------------- main
 
 
-def start_control_plane(pack: Path, workdir: Path, port_base: str) -> str:
+def start_control_plane(pack: Path, workdir: Path, port_base: str, wipe: bool = False) -> str:
+    """Start the pack (``wipe``: stop it and delete its state first, so the run starts on an empty
+    cluster); returns the kubeconfig path."""
+
     workdir.mkdir(parents=True, exist_ok=True)
+    if wipe:
+        down = subprocess.run(["bash", str(pack / "down.sh"), str(workdir), "--wipe"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        if down.returncode != 0:
+            raise RuntimeError(f"{pack}/down.sh --wipe failed (exit {down.returncode}):\n{down.stderr[-4000:]}")
     up = subprocess.run(["bash", str(pack / "up.sh"), str(workdir), "--port-base", port_base],
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     if up.returncode != 0:
@@ -955,6 +974,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S for the project's operator, and the unit "
                              "of the idle window (default %(default)s s).")
     parser.add_argument("--workers", type=int, default=16, help="Threads that apply the resources.")
+    parser.add_argument("--keep-cluster", action="store_true",
+                        help="Run every operator on the same control plane (default: the pack is wiped and "
+                             "started again before each run, so no run inherits another's deleted objects; "
+                             "a --kubeconfig cluster is always kept).")
     parser.add_argument("--rounds", type=int, default=1,
                         help="Converge rounds (default %(default)s). The first runs every phase; each further "
                              "one only converges, in fresh namespaces, in the reverse order of the round before "
@@ -984,9 +1007,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
     args = parser.parse_args(argv)
     args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
-    unknown = [name for name in args.operators if name not in (OURS, MINIMAL)]
+    unknown = [name for name in args.operators if name not in OPERATORS]
     if unknown or not args.operators:
-        parser.error(f"--operators: {unknown or 'empty'}; choose from {OURS}, {MINIMAL}")
+        parser.error(f"--operators: {unknown or 'empty'}; choose from {', '.join(OPERATORS)}")
     if args.count < 1:
         parser.error("--count must be at least 1")
     if args.rounds < 1:
@@ -1006,37 +1029,62 @@ def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")  # the runs' cleanup (operator stop, namespace delete) runs
 
 
+def prepare(args: argparse.Namespace, wipe: bool, log_dir: Path | None = None) -> RunContext:
+    """The cluster (the pack started, ``wipe``: on empty state; or ``--kubeconfig``) with the CRD
+    and enough nodes, and what every run shares."""
+
+    kubeconfig = args.kubeconfig or start_control_plane(args.pack, args.workdir, args.port_base, wipe=wipe)
+    log_dir = log_dir or args.log_dir or Path(tempfile.mkdtemp(prefix="operator-scale-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    api = Api(kubeconfig, pool_size=args.workers + 8)
+    crd = Crd.load(CRD_FILE)
+    install_crd(api, crd)
+    if not args.kubeconfig:
+        fit_the_cluster(api, args.count)
+    return RunContext(api=api, crd=crd, example=yaml.safe_load(EXAMPLE.read_text()), count=args.count,
+                      workers=args.workers, resync_s=args.resync_interval,
+                      converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
+                      restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
+    fresh = not args.kubeconfig and not args.keep_cluster
     try:
-        kubeconfig = args.kubeconfig or start_control_plane(args.pack, args.workdir, args.port_base)
-        log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="operator-scale-"))
-        log_dir.mkdir(parents=True, exist_ok=True)
-        api = Api(kubeconfig, pool_size=args.workers + 8)
-        crd = Crd.load(CRD_FILE)
-        install_crd(api, crd)
-        if not args.kubeconfig:
-            fit_the_cluster(api, args.count)
+        ctx = prepare(args, wipe=fresh)
     except Exception as error:  # noqa: BLE001
         print(f"operator_scale: cannot start: {error}", file=sys.stderr)
         return 2
-    ctx = RunContext(api=api, crd=crd, example=yaml.safe_load(EXAMPLE.read_text()), count=args.count,
-                     workers=args.workers, resync_s=args.resync_interval,
-                     converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
-                     restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
     started, load_start, commit = time.monotonic(), os.getloadavg(), git_commit()
-    results = {name: OperatorRun(ctx, name, args.ascend_llm).run() for name in args.operators}
-    rounds: list[dict[str, OperatorResult]] = []
+    runs = [(name, 1) for name in args.operators]
     for index in range(1, args.rounds):
-        order = list(reversed(args.operators)) if index % 2 else args.operators
-        rounds.append({name: OperatorRun(ctx, name, args.ascend_llm, f"-round{index + 1}").run(full=False)
-                       for name in order})
-    ordered = [results[name] for name in (OURS, MINIMAL) if name in results]
+        runs += [(name, index + 1) for name in (reversed(args.operators) if index % 2 else args.operators)]
+    results: dict[str, OperatorResult] = {}
+    rounds: list[dict[str, OperatorResult]] = []
+    for number, (name, round_no) in enumerate(runs):
+        if fresh and number:
+            log("cluster: wiped and started again for the next run")
+            ctx = prepare(args, wipe=True, log_dir=ctx.log_dir)
+        suffix = f"-round{round_no}" if round_no > 1 else ""
+        result = OperatorRun(ctx, name, args.ascend_llm, suffix, delete_namespace=not fresh).run(full=round_no == 1)
+        if round_no == 1:
+            results[name] = result
+        else:
+            if len(rounds) < round_no - 1:
+                rounds.append({})
+            rounds[round_no - 2][name] = result
+    log_dir = ctx.log_dir
+    ordered = [results[name] for name in OPERATORS if name in results]
     print(format_table(ordered))
     if rounds:
         print("\n" + format_rounds([results, *rounds]))
     targets = evaluate(results[OURS], results.get(MINIMAL), rounds) if OURS in results else []
+    if OURS in results and MINIMAL_SAME in results:  # reported, not a target: the issue's yardstick is minimal
+        same = evaluate(results[OURS], results[MINIMAL_SAME],
+                        [{OURS: r[OURS], MINIMAL: r[MINIMAL_SAME]} for r in rounds if OURS in r and MINIMAL_SAME in r])
+        print("\nAgainst minimal-same (the same five children; not a target):\n"
+              + format_targets([t for t in same if t.name.startswith("converge")]))
     failed = failures(targets)
     if MINIMAL in results:
         failed += [f"minimal operator: {error}" for error in results[MINIMAL].errors]
