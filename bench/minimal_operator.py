@@ -7,8 +7,10 @@ reference to the resource, and writes a trivial status (``observedGeneration``).
 resync, no drift repair, no pod reading, no validation. kopf's defaults are kept, except that
 handler successes are not posted as Events (the project's operator does not post them either, so
 the baseline does not pay writes the project's operator does not make). With
-``MINIMAL_OPERATOR_RUNTIME_SERVICE=1`` (the benchmark's ``minimal-same``) it also applies a second,
-headless Service, as the project's operator makes for the runtime's port: the same five children.
+``MINIMAL_OPERATOR_SAME_CHILDREN=1`` (the benchmark's ``minimal-same``) it applies, instead of its
+own four small children, exactly the children the project's operator makes (its pure builders:
+what ``ascend-llm render`` prints), so that the product's objects and the operator's own cost
+can be told apart.
 
 Run: ``KUBECONFIG=... kopf run --standalone -n NS bench/minimal_operator.py``.
 """
@@ -34,7 +36,8 @@ ENGINE_PORT = 8000
 
 
 def children(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The four children of one resource, owned by it (the garbage collector deletes them)."""
+    """The children of one resource (four small ones, or the project's), owned by it (the garbage
+    collector deletes them)."""
 
     labels = {"app.kubernetes.io/name": "minimal-operator", "app.kubernetes.io/instance": name}
     owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": name, "uid": uid,
@@ -45,9 +48,8 @@ def children(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> list[
 
     container = {"name": "engine", "image": IMAGE, "ports": [{"name": "http", "containerPort": ENGINE_PORT}],
                  "resources": spec.get("resources") or {}}
-    runtime = [{"apiVersion": "v1", "kind": "Service", "metadata": meta(f"{name}-runtime"),
-                "spec": {"clusterIP": "None", "selector": labels,
-                         "ports": [{"name": "metrics", "port": 8080, "targetPort": 8080}]}}]
+    if os.environ.get("MINIMAL_OPERATOR_SAME_CHILDREN") == "1":
+        return rendered(name, namespace, spec, owner)
     return [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-config"),
          "data": {"spec.json": json.dumps(spec, sort_keys=True)}},
@@ -57,11 +59,22 @@ def children(name: str, namespace: str, uid: str, spec: dict[str, Any]) -> list[
         {"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
          "spec": {"selector": labels,
                   "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http"}]}},
-        # In the project's order: the PodDisruptionBudget last (the benchmark waits for it).
-        *(runtime if os.environ.get("MINIMAL_OPERATOR_RUNTIME_SERVICE") == "1" else []),
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta(name),
          "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
     ]
+
+
+def rendered(name: str, namespace: str, spec: dict[str, Any], owner: dict[str, Any]) -> list[dict[str, Any]]:
+    """The project's children of the resource, as its builders make them, owned by it."""
+
+    from ascend_operator.api import parse_spec
+    from ascend_operator.builders import BuildMeta, build_children
+    from ascend_operator.settings import load_settings
+
+    objects = build_children(BuildMeta(name, namespace, 1), parse_spec(spec), load_settings()).objects()
+    for obj in objects:
+        obj["metadata"]["ownerReferences"] = [owner]
+    return objects
 
 
 @kopf.on.startup()
@@ -81,7 +94,7 @@ def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 def reconcile(name: str, namespace: str, uid: str, spec: kopf.Spec, meta: kopf.Meta, patch: kopf.Patch,
               memo: kopf.Memo, **_: Any) -> None:
-    for child in children(name, namespace, uid, dict(spec)):
+    for child in children(name, namespace, uid, json.loads(json.dumps(dict(spec)))):
         memo["apply"][child["kind"]](child["metadata"]["name"], namespace, child, field_manager=FIELD_MANAGER,
                                      force=True, _content_type=APPLY)
     patch.status["observedGeneration"] = meta.get("generation")
