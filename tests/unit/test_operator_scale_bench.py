@@ -170,6 +170,9 @@ def test_evaluate_takes_the_median_of_the_rounds_ratios() -> None:
     assert child.detail.startswith("median of 3 rounds (1.30, 1.10, 0.90)")
     rounds[1]["ours"] = result("ours", converge_children_s=None, converge_status_s=None)
     assert verdicts(osb.evaluate(ours, minimal, rounds))["converge to last child / minimal"] is False
+    same = [{"ours": r["ours"], "minimal-same": r["minimal"]} for r in rounds]
+    named = verdicts(osb.evaluate(ours, minimal, same, yardstick="minimal-same"))
+    assert "converge to last child / minimal-same" in named  # the rounds are read under the yardstick's name
     table = osb.format_rounds([{"ours": ours, "minimal": minimal}, rounds[0]]).splitlines()
     assert table[3] == "| 2 | minimal, ours | minimal 20.0 / ours 22.0 | minimal 20.0 / ours 22.0 |"
 
