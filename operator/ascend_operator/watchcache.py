@@ -63,11 +63,16 @@ GENERATION_KINDS = frozenset({"Deployment", "PodDisruptionBudget", "Job", "Leade
                               "InferencePool", "HTTPRoute"})
 
 
-def _mark(body: Mapping[str, Any], version: int) -> int:
+def beyond_status(body: Mapping[str, Any]) -> list[Any]:
+    """What of ``body`` changes when anything but its status changes, for a kind of
+    :data:`GENERATION_KINDS`: the generation and the metadata the operator reads."""
     meta = body.get("metadata") or {}
-    if body.get("kind") in GENERATION_KINDS and meta.get("generation") is not None:
-        return hash(json.dumps([meta.get("generation"), meta.get("labels"), meta.get("annotations"),
-                                meta.get("ownerReferences"), meta.get("deletionTimestamp")], sort_keys=True))
+    return [meta.get(key) for key in ("generation", "labels", "annotations", "ownerReferences", "deletionTimestamp")]
+
+
+def _mark(body: Mapping[str, Any], version: int) -> int:
+    if body.get("kind") in GENERATION_KINDS and (body.get("metadata") or {}).get("generation") is not None:
+        return hash(json.dumps(beyond_status(body), sort_keys=True))
     return version
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.handlers import OperatorContext
 from ascend_operator.store import key_of
+from ascend_operator.watchcache import beyond_status
 from ascend_operator.workqueue import Urgency
 
 #: Seconds to wait after a child or pod event before reconciling (merges bursts).
@@ -57,11 +58,7 @@ def _spec_unapplied(body: Mapping[str, Any]) -> bool:
 
 def _status_only(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     """Whether ``new`` differs from ``old`` only where the operator reads nothing (its status)."""
-    if old is None:
-        return False
-    before, after = old.get("metadata") or {}, new.get("metadata") or {}
-    return all(before.get(key) == after.get(key) for key in ("generation", "labels", "annotations",
-                                                            "ownerReferences", "deletionTimestamp"))
+    return old is not None and beyond_status(old) == beyond_status(new)
 
 
 def _version(body: Mapping[str, Any]) -> int | None:
