@@ -162,6 +162,7 @@ def test_the_running_operator_refuses_a_spec_outside_policy_and_creates_nothing(
     # The client read KUBECONFIG when first imported (before this test set it).
     monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", kubeconfig_path)
     from ascend_operator.api import GROUP, PLURAL, VERSION
+    from ascend_operator.builders.common import MANAGED_BY
     from kopf.testing import KopfRunner
 
     namespace = make_namespace()
@@ -195,8 +196,10 @@ def test_the_running_operator_refuses_a_spec_outside_policy_and_creates_nothing(
                 time.sleep(0.5)
             deployments = [d.metadata.name for d in apps.list_namespaced_deployment(namespace).items]
             services = [s.metadata.name for s in core.list_namespaced_service(namespace).items]
-            configmaps = [c.metadata.name for c in core.list_namespaced_config_map(namespace).items
-                          if c.metadata.name != "kube-root-ca.crt"]
+            # The operator's own: the server publishes others in every namespace (kube-root-ca.crt,
+            # and on OpenShift's fork openshift-service-ca.crt).
+            configmaps = [c.metadata.name for c in core.list_namespaced_config_map(
+                namespace, label_selector=f"app.kubernetes.io/managed-by={MANAGED_BY}").items]
     finally:
         for key, value in saved.items():
             if value is None:
