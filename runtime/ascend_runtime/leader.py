@@ -48,7 +48,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ascend_runtime.adapters import AdapterReconciler, EngineAdapters
 from ascend_runtime.config import GraphMode, RuntimePhase, WarmupReport
@@ -57,10 +57,8 @@ from ascend_runtime.engine import EngineExit, EngineProcess
 from ascend_runtime.flags import graph_ladder
 from ascend_runtime.launch import LaunchKind, LaunchResult
 from ascend_runtime.logclass import Event, EventKind, Outcome
+from ascend_runtime.rolehost import RoleHost
 from ascend_runtime.warmup import run_warmup
-
-if TYPE_CHECKING:
-    from ascend_runtime.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +108,11 @@ class LeaderRole:
 
     noun = "engine"
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.sup = supervisor
-        self.config = supervisor.config
-        self.store = supervisor.store
-        self.ladder: list[GraphMode] = graph_ladder(self.config, supervisor.versions)
+    def __init__(self, host: RoleHost) -> None:
+        self.host = host
+        self.config = host.config
+        self.store = host.store
+        self.ladder: list[GraphMode] = graph_ladder(self.config, host.versions)
         self.rung = 0
         self._file: LadderFile | None = None
         if self.config.runtime.state_dir:
@@ -129,6 +127,8 @@ class LeaderRole:
         self._replay_failures: list[float] = []
         self._serving = False
         self._pre_commands_done = False
+        #: This launch passes ``--shutdown-timeout``: the engine drains itself on SIGTERM.
+        self._engine_drains = False
         self._reconciler: AdapterReconciler | None = None
 
     async def __aenter__(self) -> LeaderRole:
@@ -175,34 +175,34 @@ class LeaderRole:
 
     async def launch(self) -> LaunchResult:
         mode = self.ladder[self.rung]
-        sup = self.sup
-        plan = plan_distributed(self.config, sup.versions, mode, sup.env)
+        host = self.host
+        plan = plan_distributed(self.config, host.versions, mode, host.env)
         for warning in plan.warnings:
             log.warning("engine flags: %s", warning)
         assert plan.engine_argv is not None  # only Ray workers run no engine
-        sup.shutdown_flag_supported = "--shutdown-timeout" in plan.engine_argv
+        self._engine_drains = "--shutdown-timeout" in plan.engine_argv
         if plan.pre_commands and not self._pre_commands_done:
             # Before the mode is published: workers start only once the leader's side is up.
-            failed = await sup.run_pre_commands(plan.pre_commands, plan.env)
+            failed = await host.run_pre_commands(plan.pre_commands, plan.env)
             if failed is not None:
                 return failed
             self._pre_commands_done = True
         self.store.state.engine_pid = None  # workers: a launch in progress has no engine yet
         self.store.set_mode(mode, self.rung, self.ladder)
         if plan.wait_for_workers and plan.workers_ready_command is not None:
-            waited = await sup.wait_for_workers(plan.workers_ready_command, plan.env)
+            waited = await host.wait_for_workers(plan.workers_ready_command, plan.env)
             if waited is not None:
                 return waited
         message = f"launching the engine in {mode.value} mode"
-        if sup.multi_node:
-            message += f"; it serves once {_workers(sup.distributed.nodes - 1)} joined"
+        if host.distributed.nodes > 1:
+            message += f"; it serves once {_workers(host.distributed.nodes - 1)} joined"
         self.store.set_phase(RuntimePhase.LOADING, message)
         self._fallback = asyncio.Event()
         self._fallback_reason = None
         self._capture_started = asyncio.Event()
         self._serving = False
         launched = time.monotonic()
-        engine, exit_task = await sup.start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit",
+        engine, exit_task = await host.start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit",
                                                    mode=mode)
         try:
             result = await self._start_phase(engine, exit_task, launched)
@@ -210,7 +210,7 @@ class LeaderRole:
                 return result
             return await self._serve_phase(engine, exit_task)
         finally:
-            await sup.end_engine(engine, exit_task)
+            await host.end_engine(engine, exit_task)
 
     # -- engine events ---------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
@@ -230,7 +230,7 @@ class LeaderRole:
                          "failure (its /health still decides): %s", event.text.strip()[:200])
             else:
                 # vLLM's engine core dies of these; its API server answers /health for a while longer.
-                self.sup.report_engine_failure(f"{kind.value}: {event.text}")
+                self.host.report_engine_failure(f"{kind.value}: {event.text}")
         if kind == EventKind.REPLAY_FAILURE:
             now = time.monotonic()
             window = self.config.graph.replay_failure_window_s
@@ -261,11 +261,11 @@ class LeaderRole:
     # -- start-up: /health, then warmup ----------------------------------------------------
     async def _start_phase(self, engine: EngineProcess, exit_task: asyncio.Task, launched: float
                            ) -> LaunchResult | None:
-        sup = self.sup
+        host = self.host
         deadline = launched + self.config.runtime.ready_timeout_s
-        stop_wait = asyncio.create_task(sup.stop_requested.wait())
+        stop_wait = asyncio.create_task(host.stop_requested.wait())
         fallback_wait = asyncio.create_task(self._fallback.wait())
-        healthy = asyncio.create_task(sup.wait_healthy(deadline))
+        healthy = asyncio.create_task(host.wait_healthy(deadline))
         capture = asyncio.create_task(self._capture_budget())
         try:
             done, _ = await asyncio.wait({exit_task, stop_wait, fallback_wait, healthy, capture},
@@ -275,20 +275,20 @@ class LeaderRole:
                 if not task.done():
                     task.cancel()
         if stop_wait in done:
-            await engine.stop(sup.failed_engine_stop_s)
+            await engine.stop(host.failed_engine_stop_s)
             return LaunchResult(LaunchKind.STOPPED, "stop requested during start-up")
         if fallback_wait in done:
             reason = self._fallback_reason or "graph capture failed"
-            await engine.stop(sup.failed_start_stop_s)
+            await engine.stop(host.failed_start_stop_s)
             return LaunchResult(LaunchKind.FALLBACK, reason, Outcome.GRAPH_CAPTURE_FAILURE)
         if exit_task in done:
             return self._exit_result(exit_task.result(), served=False)
         if capture in done:
-            await engine.stop(sup.failed_start_stop_s)
+            await engine.stop(host.failed_start_stop_s)
             return self._capture_timeout(f"graph capture did not finish within graph.captureTimeoutS "
                                          f"({self.config.graph.capture_timeout_s} s)")
         if not healthy.result():
-            await engine.stop(sup.failed_start_stop_s)
+            await engine.stop(host.failed_start_stop_s)
             why = f"engine not healthy within runtime.readyTimeoutS ({self.config.runtime.ready_timeout_s} s)"
             if self._capture_started.is_set():
                 return self._capture_timeout(f"{why}, after graph capture began")
@@ -315,16 +315,16 @@ class LeaderRole:
                        ) -> LaunchResult | None:
         """Warmup, raced against the engine dying or a stop."""
 
-        sup = self.sup
+        host = self.host
         self.store.set_phase(RuntimePhase.WARMING_UP, "engine up; warming up")
         self.store.set_warmup(WarmupReport(outcome="running"))
         if self.config.warmup.enabled:
             model = self.config.model.served_name or self.config.model.path
             warm = asyncio.create_task(run_warmup(
-                sup.engine_base_url, model, self.config.warmup,
+                host.engine_base_url, model, self.config.warmup,
                 self.config.engine.max_model_len, self.config.engine.max_num_seqs,
             ))
-            stop_wait = asyncio.create_task(sup.stop_requested.wait())
+            stop_wait = asyncio.create_task(host.stop_requested.wait())
             try:
                 done, _ = await asyncio.wait({warm, exit_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -332,7 +332,7 @@ class LeaderRole:
                 if not warm.done():
                     warm.cancel()
             if stop_wait in done and warm not in done:
-                await engine.stop(sup.failed_engine_stop_s)
+                await engine.stop(host.failed_engine_stop_s)
                 return LaunchResult(LaunchKind.STOPPED, "stop requested during warmup")
             if exit_task in done and warm not in done:
                 return self._exit_result(exit_task.result(), served=False)
@@ -343,7 +343,7 @@ class LeaderRole:
                 log.warning("warmup: %s", warning)
             self.store.set_warmup(report)
             if not result.ok:
-                await engine.stop(sup.failed_start_stop_s)
+                await engine.stop(host.failed_start_stop_s)
                 return LaunchResult(LaunchKind.CRASH, f"warmup failed: {result.reason}",
                                     restart_reason="warmup_failed")
             log.info("warmup done: %d requests in %.1f s", result.requests, result.seconds)
@@ -358,33 +358,33 @@ class LeaderRole:
         if lora is None or not lora.enabled:
             return None
         base = self.config.model.served_name or self.config.model.path
-        return AdapterReconciler(lora, EngineAdapters(self.sup.engine_base_url), self.store, [base])
+        return AdapterReconciler(lora, EngineAdapters(self.host.engine_base_url), self.store, [base])
 
     async def _serve_phase(self, engine: EngineProcess, exit_task: asyncio.Task) -> LaunchResult:
-        sup = self.sup
+        host = self.host
         self._serving = True
         reconciler = self._reconciler = self._adapter_reconciler()
         if reconciler is not None:
             self.store.set_phase(RuntimePhase.WARMING_UP, "loading the LoRA adapters of lora.adaptersFile")
-            await sup.until_stopped(reconciler.round())
-        sup.health.mark_baseline()
+            await host.until_stopped(reconciler.round())
+        host.health.mark_baseline()
         self.store.set_phase(RuntimePhase.READY, f"serving in {self.store.state.mode.value} mode"
                              if self.store.state.mode else "serving")
         serving_since = time.monotonic()
-        monitor = asyncio.create_task(sup.monitor(), name="health-monitor")
+        monitor = asyncio.create_task(host.monitor(), name="health-monitor")
         adapters = asyncio.create_task(reconciler.run(), name="lora-adapters") if reconciler else None
-        stop_wait = asyncio.create_task(sup.stop_requested.wait())
+        stop_wait = asyncio.create_task(host.stop_requested.wait())
         fallback_wait = asyncio.create_task(self._fallback.wait())
         try:
             done, _ = await asyncio.wait({exit_task, stop_wait, fallback_wait}, return_when=asyncio.FIRST_COMPLETED)
             served_s = time.monotonic() - serving_since
             if stop_wait in done:
-                await sup.drain(engine, exit_task)
+                await host.drain(engine, exit_task, engine_drains=self._engine_drains)
                 return LaunchResult(LaunchKind.STOPPED, "stopped after draining", served=True, served_s=served_s)
             if fallback_wait in done:
                 # Readiness first: no request may reach the engine while it is being stopped.
                 self.store.set_phase(RuntimePhase.LOADING, f"stopping the engine to fall back: {self._fallback_reason}")
-                await engine.stop(sup.failed_engine_stop_s)
+                await engine.stop(host.failed_engine_stop_s)
                 return LaunchResult(LaunchKind.FALLBACK, self._fallback_reason or "graph replay failures",
                                     Outcome.GRAPH_REPLAY_FAILURE, served=True, served_s=served_s)
             result = self._exit_result(exit_task.result(), served=True)
@@ -395,10 +395,10 @@ class LeaderRole:
         finally:
             for task in (monitor, stop_wait, fallback_wait):
                 task.cancel()
-            await sup.finish_task(monitor)
+            await host.finish_task(monitor)
             if adapters is not None:
                 adapters.cancel()
-                await sup.finish_task(adapters)
+                await host.finish_task(adapters)
                 self.store.set_adapters([])  # the next engine starts without them
             self._reconciler = None
             self._serving = False

@@ -5,7 +5,8 @@ pod's role: :class:`~ascend_runtime.leader.LeaderRole` (single node, or a group'
 graph-mode ladder) or :class:`~ascend_runtime.worker.WorkerRole` (a multi-node worker: follow the
 leader). The supervisor owns what both share: the preflight, the restart loop below, starting
 and stopping the engine child, the leak/hang monitor that feeds liveness, the drain on SIGTERM,
-and the commands run around the engine (Ray's pre-commands, the workers-ready check).
+and the commands run around the engine (Ray's pre-commands, the workers-ready check). A role
+sees the supervisor only as a :class:`~ascend_runtime.rolehost.RoleHost` and writes nothing into it.
 
 Before every relaunch the pod's chips must pass the preflight again (the stopped engine's memory
 freed), for at most ``runtime.deviceFreeWaitS``. The restart loop (:meth:`Supervisor.run`), per
@@ -171,8 +172,6 @@ class Supervisor:
         self.echo_engine = echo_engine
         self.engine: EngineProcess | None = None
         self.stop_requested = asyncio.Event()
-        #: Set by the leader per launch: whether the engine drains in-flight requests on SIGTERM.
-        self.shutdown_flag_supported = False
         self._failure_at: float | None = None  # report_engine_failure
         #: Orphans of the engine re-parent to the runtime, which waits for them (PID 1 or not).
         self.subreaper = become_subreaper() if reap_orphans else False
@@ -564,12 +563,15 @@ class Supervisor:
         self.store.state.hung = bool((details.get("engine") or {}).get("hung"))
         self.store.set_live(healthy, reasons)
 
-    async def drain(self, engine: EngineProcess, exit_task: asyncio.Task) -> None:
-        """Readiness already fails; let in-flight requests finish, then stop the engine."""
+    async def drain(self, engine: EngineProcess, exit_task: asyncio.Task, *, engine_drains: bool) -> None:
+        """Readiness already fails; let in-flight requests finish, then stop the engine.
+
+        ``engine_drains``: the launch passed ``--shutdown-timeout``, so the engine drains itself.
+        """
 
         budget = float(self.config.engine.shutdown_timeout_s)
         started = time.monotonic()
-        if not self.shutdown_flag_supported:
+        if not engine_drains:
             # This engine version aborts in-flight requests on SIGTERM: wait for them here.
             while time.monotonic() - started < budget and await self._requests_in_flight() > 0:
                 await asyncio.sleep(0.5)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -37,13 +36,11 @@ from ascend_runtime.distributed import (
     wait_for_leader_mode,
     worker_should_relaunch,
 )
-from ascend_runtime.engine import EngineExit
+from ascend_runtime.engine import EngineExit, EngineProcess
 from ascend_runtime.flags import graph_ladder
 from ascend_runtime.launch import LaunchKind, LaunchResult
 from ascend_runtime.logclass import Event, EventKind
-
-if TYPE_CHECKING:
-    from ascend_runtime.supervisor import Supervisor
+from ascend_runtime.rolehost import RoleHost
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +53,15 @@ class WorkerRole:
 
     noun = "worker process"
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.sup = supervisor
-        self.config = supervisor.config
-        self.store = supervisor.store
-        url = leader_state_url(self.config, supervisor.distributed)
+    def __init__(self, host: RoleHost) -> None:
+        self.host = host
+        self.config = host.config
+        self.store = host.store
+        url = leader_state_url(self.config, host.distributed)
         assert url is not None  # resolve_distributed requires the leader's address on a worker
         self.url = url
         self.store.state.leader = url
-        self.ladder: list[GraphMode] = graph_ladder(self.config, supervisor.versions)
+        self.ladder: list[GraphMode] = graph_ladder(self.config, host.versions)
         #: The leader state the next launch is for; None: wait for the leader's mode first.
         self._next: RuntimeState | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -96,9 +93,9 @@ class WorkerRole:
         if leader is None:
             self.store.set_phase(RuntimePhase.LOADING, f"waiting for the leader's graph mode at {self.url}")
             try:
-                stopped, leader = await self.sup.until_stopped(wait_for_leader_mode(
+                stopped, leader = await self.host.until_stopped(wait_for_leader_mode(
                     self.url, self.config.runtime.ready_timeout_s, self.session,
-                    interval_s=self.sup.leader_poll_s))
+                    interval_s=self.host.leader_poll_s))
             except (LeaderFailedError, LeaderWaitTimeout) as error:
                 return LaunchResult(LaunchKind.LEADER_FAILED, str(error))
             if stopped or leader is None:
@@ -113,16 +110,16 @@ class WorkerRole:
                         event.kind.value, event.text.strip()[:200])
 
     def _phase(self, phase: RuntimePhase, message: str) -> None:
-        if not self.sup.stop_requested.is_set():  # draining stays draining
+        if not self.host.stop_requested.is_set():  # draining stays draining
             self.store.set_phase(phase, message)
 
     async def _launch_for(self, leader: RuntimeState) -> LaunchResult:
         """One launch of this worker's process for ``leader`` (a state with a mode to follow)."""
 
-        sup, url = self.sup, self.url
+        host, url = self.host, self.url
         target = leader_mode_for_worker(leader)
         assert target is not None  # wait_for_leader_mode and worker_should_relaunch ensure it
-        plan = plan_distributed(self.config, sup.versions, target, sup.env)
+        plan = plan_distributed(self.config, host.versions, target, host.env)
         for warning in plan.warnings:
             log.warning("engine flags: %s", warning)
         if plan.engine_argv is not None:
@@ -130,7 +127,7 @@ class WorkerRole:
         else:  # Ray: the last pre-command (ray start --block) is the long-running process
             leading, argv, what = plan.pre_commands[:-1], plan.pre_commands[-1], "Ray worker"
         if leading:
-            failed = await sup.run_pre_commands(leading, plan.env)
+            failed = await host.run_pre_commands(leading, plan.env)
             if failed is not None:
                 return failed
         following = plan.follow_leader_mode
@@ -145,9 +142,9 @@ class WorkerRole:
         self.store.state.engine_pid = None
         mode_text = f" in {target.value} mode" if following else ""
         self.store.set_phase(RuntimePhase.LOADING, f"launching the {what}{mode_text} for the leader at {url}")
-        engine, exit_task = await sup.start_engine(argv, plan.env, self._on_event, "worker-exit",
+        engine, exit_task = await host.start_engine(argv, plan.env, self._on_event, "worker-exit",
                                                    mode=plan.mode or target)
-        stop_wait = asyncio.create_task(sup.stop_requested.wait())
+        stop_wait = asyncio.create_task(host.stop_requested.wait())
         monitor: asyncio.Task[None] | None = None
         served_since: float | None = None
 
@@ -157,10 +154,10 @@ class WorkerRole:
 
         try:
             while True:
-                done, _ = await asyncio.wait({exit_task, stop_wait}, timeout=sup.leader_poll_s,
+                done, _ = await asyncio.wait({exit_task, stop_wait}, timeout=host.leader_poll_s,
                                              return_when=asyncio.FIRST_COMPLETED)
                 if stop_wait in done:
-                    await self._drain(launched_for)
+                    await self._drain(engine, launched_for)
                     return result(LaunchKind.STOPPED, "stopped")
                 if exit_task in done:
                     kind, reason, extra = await self._exit_result(
@@ -187,9 +184,9 @@ class WorkerRole:
                 if ready:
                     if served_since is None:
                         served_since = time.monotonic()
-                        sup.health.mark_baseline()
+                        host.health.mark_baseline()
                         # Headless ranks and Ray workers serve no HTTP: nothing to poll but memory and metrics.
-                        monitor = asyncio.create_task(sup.monitor(poll_health=False), name="health-monitor")
+                        monitor = asyncio.create_task(host.monitor(poll_health=False), name="health-monitor")
                     mode_part = f"{target.value} mode, " if following else ""
                     self._phase(RuntimePhase.READY, f"serving ({mode_part}leader at {url} ready)")
                 else:
@@ -199,8 +196,8 @@ class WorkerRole:
             stop_wait.cancel()
             if monitor is not None:
                 monitor.cancel()
-                await sup.finish_task(monitor)
-            await sup.end_engine(engine, exit_task)
+                await host.finish_task(monitor)
+            await host.end_engine(engine, exit_task)
 
     async def _exit_result(self, exited: EngineExit, target: GraphMode | None, launched_for: int | None
                            ) -> tuple[LaunchKind, str, dict]:
@@ -224,7 +221,7 @@ class WorkerRole:
             return LaunchKind.FOLLOW, f"{reason} after the leader's engine ended", {"leader": follow_state}
         return crash
 
-    async def _drain(self, launched_for: int | None) -> None:
+    async def _drain(self, engine: EngineProcess, launched_for: int | None) -> None:
         """Keep this worker's ranks up while the leader drains requests they serve, then stop."""
 
         budget = float(self.config.engine.shutdown_timeout_s)
@@ -239,6 +236,5 @@ class WorkerRole:
             if launched_for is not None and state.engine_pid != launched_for:
                 break
             await asyncio.sleep(DRAIN_POLL_S)
-        if self.sup.engine is not None:
-            await self.sup.engine.stop(self.sup.failed_engine_stop_s)
+        await engine.stop(self.host.failed_engine_stop_s)
         log.info("worker stopped after %.1f s", time.monotonic() - started)
