@@ -45,3 +45,38 @@ async def test_the_supervisor_drain_waits_for_requests_only_when_the_engine_does
     assert polls == []  # --shutdown-timeout: the engine drains, the runtime only waits for its exit
     await sup.drain(engine, exited, engine_drains=False)  # type: ignore[arg-type]
     assert polls == [1]  # an older vLLM: the runtime counts the requests in flight itself
+
+
+def _host_uses(module) -> tuple[set[str], list[str]]:
+    """The ``host.X`` / ``self.host.X`` members a role module reads, and the lines that assign one."""
+
+    import ast
+    import inspect
+
+    def on_host(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "host") or (
+            isinstance(node, ast.Attribute) and node.attr == "host"
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+    tree = ast.parse(inspect.getsource(module))
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and on_host(node.value)}
+    writes = []
+    for node in ast.walk(tree):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) and on_host(part.value):
+                    writes.append(f"line {part.lineno}: host.{part.attr}")
+    return used, writes
+
+
+def test_the_leader_and_worker_use_only_the_role_host_and_write_nothing_into_it() -> None:
+    from ascend_runtime import leader, worker
+
+    members = {name for name in vars(RoleHost) if not name.startswith("_")}
+    for module in (leader, worker):
+        used, writes = _host_uses(module)
+        assert used, f"{module.__name__} no longer names its host `host`: this check would see nothing"
+        assert used <= members, f"{module.__name__} uses {sorted(used - members)}, not in RoleHost"
+        assert writes == [], f"{module.__name__} writes into its host: {writes}"
