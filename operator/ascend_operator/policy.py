@@ -2,7 +2,8 @@
 
 The CRD's schema and CEL rules say what a spec may be on any cluster; these say what this
 cluster's administrator allows (operator settings, Helm values): host path prefixes for
-``model.hostPath``, ``model.cache.hostPath`` and LoRA adapters' ``hostPath``, image prefixes, priority classes, scheduler names and toleration keys. A
+``model.hostPath`` and LoRA adapters' ``hostPath``, cache prefixes for ``model.cache.hostPath``,
+image prefixes, priority classes, scheduler names and toleration keys. A
 spec outside them is refused like an invalid spec (condition ``InvalidSpec``, nothing built):
 :func:`enforce_policy` raises :class:`ascend_operator.api.SpecError` whose problems name the
 field and the setting.
@@ -42,6 +43,11 @@ def _under(path: str, prefix: str) -> bool:
     return prefix == "/" or path == prefix or path.startswith(prefix + "/")
 
 
+def cache_prefix(path: str, settings: OperatorSettings) -> str | None:
+    """The administrator's cache prefix ``path`` lies under (None: none)."""
+    return next((p for p in settings.cache_host_path_prefixes if _under(path, p)), None)
+
+
 def violations(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[Violation]:
     """Every field of ``spec`` that the policies in ``settings`` do not allow."""
     found: list[Violation] = []
@@ -53,13 +59,12 @@ def violations(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> lis
             f"({_shown(settings.host_path_prefixes)}); use a pvc, or ask the administrator to allow the directory",
         ))
     cache = spec.model.cache
-    if cache is not None and cache.host_path is not None and not any(
-            _under(cache.host_path, p) for p in settings.host_path_prefixes):
+    if cache is not None and cache.host_path is not None and cache_prefix(cache.host_path, settings) is None:
         found.append(Violation(
-            "spec.model.cache.hostPath", "HOST_PATH_PREFIXES",
-            f"host path {cache.host_path} is not under an allowed prefix "
-            f"({_shown(settings.host_path_prefixes)}); use create or claimName, or ask the administrator "
-            "to allow the directory",
+            "spec.model.cache.hostPath", "CACHE_HOST_PATH_PREFIXES",
+            f"host path {cache.host_path} is not under an allowed cache prefix "
+            f"({_shown(settings.cache_host_path_prefixes)}); use create or claimName, or ask the administrator "
+            "to allow a node cache directory",
         ))
     for index, adapter in enumerate(spec.lora.adapters if spec.lora is not None else ()):
         node = adapter.source.host_path

@@ -244,6 +244,15 @@ class OperatorSettings(BaseSettings):
             "may lie; empty: no hostPath model or adapter."
         ),
     )
+    cache_host_path_prefixes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description=(
+            "Node directories spec.model.cache.hostPath may lie under; each resource gets "
+            "<prefix>/<namespace>/<rest of its path> (a tenant never reaches another namespace's cache). "
+            "Kept apart from HOST_PATH_PREFIXES (read-only model folders): neither may lie in the other. "
+            "Empty: no hostPath cache."
+        ),
+    )
     allowed_image_prefixes: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: [ANY],
         description="Prefixes spec.image must start with (for example registry.example.com/llm/); * any.",
@@ -309,6 +318,27 @@ class OperatorSettings(BaseSettings):
     cluster_domain: str = Field("cluster.local", description="DNS domain used in status.endpoint.")
 
     @model_validator(mode="after")
+    def _cache_prefixes_apart(self) -> OperatorSettings:
+        # A cache prefix inside a read-only model prefix (or the other way round) would let a
+        # tenant's model.hostPath read other namespaces' cached weights.
+        def nested(a: str, b: str) -> bool:
+            return a == b or a == "/" or b == "/" or b.startswith(a + "/") or a.startswith(b + "/")
+
+        if "/" in self.cache_host_path_prefixes:
+            raise ValueError("ASCEND_LLM_OPERATOR_CACHE_HOST_PATH_PREFIXES: '/' would put each namespace's "
+                             "cache at /<namespace> on the node; name a directory such as /data/llm-cache")
+        clashes = [(cache, model) for cache in self.cache_host_path_prefixes for model in self.host_path_prefixes
+                   if nested(cache, model)]
+        clashes += [(a, b) for i, a in enumerate(self.cache_host_path_prefixes)
+                    for b in self.cache_host_path_prefixes[i + 1:] if nested(a, b)]
+        if clashes:
+            raise ValueError(
+                f"ASCEND_LLM_OPERATOR_CACHE_HOST_PATH_PREFIXES: {clashes[0][0]} and {clashes[0][1]} lie one in "
+                "the other; cache prefixes must be apart from each other and from HOST_PATH_PREFIXES "
+                "(for example /data/llm-cache and /data/models)")
+        return self
+
+    @model_validator(mode="after")
     def _lease_timing(self) -> OperatorSettings:
         # The client's election refuses these (and would end its thread): say so at start-up.
         if self.lease_renew_deadline_s <= 1.2 * self.lease_retry_period_s:
@@ -321,6 +351,7 @@ class OperatorSettings(BaseSettings):
     @field_validator(
         "namespaces",
         "host_path_prefixes",
+        "cache_host_path_prefixes",
         "allowed_image_prefixes",
         "allowed_priority_classes",
         "allowed_scheduler_names",
@@ -339,7 +370,7 @@ class OperatorSettings(BaseSettings):
             return [item.strip() for item in text.split(",") if item.strip()]
         return value
 
-    @field_validator("host_path_prefixes")
+    @field_validator("host_path_prefixes", "cache_host_path_prefixes")
     @classmethod
     def _absolute_prefixes(cls, value: list[str]) -> list[str]:
         bad = [prefix for prefix in value if not _ABSOLUTE_NORMALISED.match(prefix) or

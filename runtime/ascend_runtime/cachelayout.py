@@ -39,6 +39,7 @@ __all__ = [
     "CLIENT_METADATA_DIR",
     "CacheMarker",
     "CompileCacheKey",
+    "ContentHash",
     "DEFAULT_ALLOW_PATTERNS",
     "FetchExit",
     "FetchFailure",
@@ -51,6 +52,8 @@ __all__ = [
     "REMOTE_CODE_PATTERNS",
     "compile_cache_dir",
     "compile_cache_key",
+    "file_hashes",
+    "links_leaving",
     "lock_path",
     "matches",
     "snapshot_files",
@@ -59,7 +62,8 @@ __all__ = [
 ]
 
 #: Bumped when the layout or the marker's meaning changes; a marker of another version is not ours.
-LAYOUT_VERSION = 1
+#: 2: markers carry each file's sha256 (:attr:`CacheMarker.digests`), checked before reuse.
+LAYOUT_VERSION = 2
 #: Default port of the fetch Job's ``GET /progress`` (the runtime's port, so one probe port).
 DEFAULT_PROGRESS_PORT = 8080
 #: Where Kubernetes reads a container's termination message by default.
@@ -103,6 +107,7 @@ class FetchReason(str, enum.Enum):
     INVALID = "Invalid"  # a request the fetch command cannot use
     DISK_FULL = "DiskFull"  # the cache volume ran out of space (ENOSPC, EDQUOT)
     NETWORK = "Network"  # the hub or mirror could not be reached, timed out, or answered 5xx/429
+    INTEGRITY = "Integrity"  # a file is not the content the hub lists, or a link leads out of the cache
     UNKNOWN = "Unknown"
 
 
@@ -117,13 +122,15 @@ class FetchExit(int, enum.Enum):
     NOT_FOUND = 4
     DISK_FULL = 5
     NETWORK = 6
+    INTEGRITY = 7
 
     @classmethod
     def for_reason(cls, reason: FetchReason) -> FetchExit:
         return {
             FetchReason.UNAUTHORIZED: cls.UNAUTHORIZED, FetchReason.NOT_FOUND: cls.NOT_FOUND,
             FetchReason.INVALID: cls.INVALID, FetchReason.DISK_FULL: cls.DISK_FULL,
-            FetchReason.NETWORK: cls.NETWORK, FetchReason.UNKNOWN: cls.UNKNOWN,
+            FetchReason.NETWORK: cls.NETWORK, FetchReason.INTEGRITY: cls.INTEGRITY,
+            FetchReason.UNKNOWN: cls.UNKNOWN,
         }[reason]
 
 
@@ -277,6 +284,49 @@ def snapshot_files(directory: str | os.PathLike[str],
     return found
 
 
+class ContentHash(str, enum.Enum):
+    """How a hub names a file's content: what its listing gives to check a download against."""
+
+    SHA256 = "sha256"  # Hugging Face LFS files (``lfs.sha256``); every ModelScope file
+    GIT_SHA1 = "git-sha1"  # Hugging Face files kept in git: the blob id: sha1 of "blob <size>\0" + content
+
+
+_CHUNK = 8 << 20
+
+
+def file_hashes(path: str | os.PathLike[str]) -> dict[ContentHash, str]:
+    """The file's sha256 and git blob sha1 (hex), from one read."""
+
+    size = os.stat(path).st_size
+    sha256, git = hashlib.sha256(), hashlib.sha1(f"blob {size}\0".encode())  # noqa: S324 (git's own id)
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            sha256.update(chunk)
+            git.update(chunk)
+    return {ContentHash.SHA256: sha256.hexdigest(), ContentHash.GIT_SHA1: git.hexdigest()}
+
+
+def links_leaving(directory: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> list[str]:
+    """Symbolic links at or under ``directory`` (the directory itself and, with ``root``, every
+    folder from ``root`` down to it) whose target lies outside ``directory``: a planted link would
+    make the engine read, or a fetch write, somewhere else."""
+
+    top = os.path.realpath(directory)
+    leaving: list[str] = []
+    if root is not None:
+        real_root = os.path.realpath(root)
+        if top != real_root and not top.startswith(real_root + os.sep):
+            leaving.append(f"{directory} -> {top}")
+    for parent, dirs, files in os.walk(directory):
+        for name in [*dirs, *files]:
+            full = os.path.join(parent, name)
+            if os.path.islink(full):
+                target = os.path.realpath(full)
+                if not target.startswith(top + os.sep):
+                    leaving.append(f"{full} -> {target}")
+    return leaving
+
+
 class CacheMarker(_Model):
     """Written atomically (temporary file, then rename) when a snapshot is complete."""
 
@@ -290,13 +340,27 @@ class CacheMarker(_Model):
     allow_patterns: list[str] = Field(default_factory=list)
     files: int = Field(ge=0, description="Files of the snapshot (the client's own metadata excluded).")
     total_bytes: int = Field(ge=0)
+    digests: dict[str, str] = Field(
+        default_factory=dict,
+        description="Relative path -> sha256 (hex) of each file, checked against the hub's own hashes "
+        "where its listing gives them.")
     completed_at: datetime
 
     @classmethod
-    def now(cls, request: FetchRequest, commit: str | None, files: int, total_bytes: int) -> CacheMarker:
+    def now(cls, request: FetchRequest, commit: str | None, files: int, total_bytes: int,
+            digests: dict[str, str] | None = None) -> CacheMarker:
         return cls(hub=request.hub, repo_id=request.repo_id, revision=request.revision, commit=commit,
                    allow_patterns=request.patterns(), files=files, total_bytes=total_bytes,
-                   completed_at=datetime.now(timezone.utc))
+                   digests=dict(digests or {}), completed_at=datetime.now(timezone.utc))
+
+    @classmethod
+    def of_directory(cls, request: FetchRequest, commit: str | None,
+                     directory: str | os.PathLike[str]) -> CacheMarker:
+        """The marker of the snapshot now at ``directory``: its files, sizes and sha256 digests."""
+
+        present = snapshot_files(directory, request.patterns())
+        digests = {path: file_hashes(os.path.join(directory, path))[ContentHash.SHA256] for path in present}
+        return cls.now(request, commit, len(present), sum(present.values()), digests)
 
     def mismatch(self, request: FetchRequest) -> str | None:
         """Why this marker does not answer ``request`` (None when it does)."""
@@ -312,14 +376,37 @@ class CacheMarker(_Model):
                 return f"marker has {name} {mine!r}, the request {theirs!r}"
         return None
 
-    def incomplete(self, directory: str | os.PathLike[str]) -> str | None:
-        """Why the snapshot at ``directory`` is not what this marker says (None when it is)."""
+    def incomplete(self, directory: str | os.PathLike[str],
+                   root: str | os.PathLike[str] | None = None) -> str | None:
+        """Why the snapshot at ``directory`` is not what this marker says, by its files and sizes
+        and its links (None when it agrees); ``root``: the cache root it must lie in."""
 
+        leaving = links_leaving(directory, root)
+        if leaving:
+            return f"{directory} has links that leave it: {', '.join(leaving[:3])}"
         present = snapshot_files(directory, self.allow_patterns)
         files, size = len(present), sum(present.values())
         if files != self.files or size != self.total_bytes:
             return (f"{directory} holds {files} of the marker's {self.files} files, {size} of its "
                     f"{self.total_bytes} bytes")
+        if self.digests and set(present) != set(self.digests):
+            return f"{directory} holds other files than the marker lists"
+        return None
+
+    def corrupt(self, directory: str | os.PathLike[str],
+                root: str | os.PathLike[str] | None = None) -> str | None:
+        """Why the snapshot at ``directory`` is not the content this marker recorded: as
+        :meth:`incomplete`, then every file's sha256 (None when all agree)."""
+
+        why = self.incomplete(directory, root)
+        if why is not None:
+            return why
+        if not self.digests:
+            return "the marker records no digests (written before layout version 2)"
+        for path, digest in sorted(self.digests.items()):
+            actual = file_hashes(os.path.join(directory, path))[ContentHash.SHA256]
+            if actual != digest:
+                return f"{path} in {directory} has sha256 {actual}, the marker recorded {digest}"
         return None
 
     def to_json(self) -> str:
@@ -363,6 +450,8 @@ class CompileCacheKey(_Model):
     )
     flags: list[str] = Field(default_factory=list, description="Engine argv that shapes the graphs.")
     env: dict[str, str] = Field(default_factory=dict, description="engine.env of the config.")
+    namespace: str | None = Field(
+        None, description="The resource's namespace: compiled kernels are never shared across tenants.")
 
 
 def compile_cache_key(key: CompileCacheKey) -> str:

@@ -124,7 +124,7 @@ def prepare_launch(config: EngineConfig, versions: Versions, mode: GraphMode | N
         vllm=versions.vllm, vllm_ascend=versions.vllm_ascend, torch=versions.torch,
         torch_npu=versions.torch_npu,
         cann=versions.cann, chip=chip, mode=(mode or GraphMode.EAGER).value, flags=graph_flags(argv),
-        env=dict(config.engine.env),
+        env=dict(config.engine.env), namespace=config.compile_cache.namespace,
     )
     directory = Path(compile_cache_dir(config.compile_cache.root, key))
     vllm_dir = directory / "vllm"

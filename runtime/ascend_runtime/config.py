@@ -122,6 +122,9 @@ class CompileCacheConfig(_Model):
         description="Absolute path; each launch uses root/compile/<key> "
         "(ascend_runtime.cachelayout.compile_cache_dir)."
     )
+    namespace: str | None = Field(
+        None, description="The resource's namespace, part of every compile key: one tenant never "
+        "loads kernels another compiled.")
 
     @field_validator("root")
     @classmethod

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -34,6 +34,7 @@ from ascend_runtime.cachelayout import (
     DEFAULT_PROGRESS_PORT,
     DEFAULT_TERMINATION_LOG,
     CacheMarker,
+    ContentHash,
     FetchExit,
     FetchFailure,
     FetchPhase,
@@ -41,6 +42,8 @@ from ascend_runtime.cachelayout import (
     FetchReason,
     FetchRequest,
     Hub,
+    file_hashes,
+    links_leaving,
     lock_path,
     matches,
     snapshot_files,
@@ -69,6 +72,10 @@ class MissingClientError(RuntimeError):
 
 class NoMatchingFilesError(LookupError):
     """The revision has no file that the allow patterns match."""
+
+
+class IntegrityError(OSError):
+    """A downloaded file is not the content the hub lists, or the cache has a link leading out."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,6 +113,8 @@ def classify(error: BaseException) -> FetchReason:
             return FetchReason.DISK_FULL
         if isinstance(item, (ValidationError, MissingClientError)):
             return FetchReason.INVALID
+        if isinstance(item, IntegrityError):
+            return FetchReason.INTEGRITY
         if names & _UNAUTHORIZED_CLASSES:  # GatedRepoError is a RepositoryNotFoundError: first
             return FetchReason.UNAUTHORIZED
         status = _status(item)
@@ -232,10 +241,43 @@ class DiskPoller:
 
 @dataclass
 class Listing:
-    """The files a revision holds that the request fetches, and the commit it resolved to."""
+    """The files a revision holds that the request fetches, and the commit it resolved to;
+    ``hashes``: each file's content hash as the hub lists it, where it does."""
 
     commit: str | None
     files: dict[str, int]
+    hashes: dict[str, tuple[ContentHash, str]] = field(default_factory=dict)
+
+    def check(self, directory: Path) -> dict[str, str]:
+        """Each listed file's sha256 in ``directory``; raises :class:`IntegrityError` for a file
+        whose content is not what the hub lists."""
+
+        digests: dict[str, str] = {}
+        for path in sorted(self.files):
+            actual = file_hashes(directory / path)
+            digests[path] = actual[ContentHash.SHA256]
+            expected = self.hashes.get(path)
+            if expected is not None and actual[expected[0]] != expected[1].lower():
+                raise IntegrityError(f"{path}: {expected[0].value} {actual[expected[0]]}, the hub lists "
+                                     f"{expected[1]}; the download is corrupt or was altered")
+        return digests
+
+    def discard_altered(self, directory: Path) -> list[str]:
+        """Delete the files in ``directory`` that are not the content the hub lists, with the
+        client's record of them: ``huggingface_hub`` keeps a local file whose record matches the
+        commit without reading it, so an altered file would never be downloaded again."""
+
+        removed: list[str] = []
+        for path, (kind, expected) in sorted(self.hashes.items()):
+            target = directory / path
+            if not target.is_file() or target.is_symlink():
+                continue
+            if file_hashes(target)[kind] != expected.lower():
+                target.unlink()
+                for record in (directory / CLIENT_METADATA_DIR).glob(f"**/{path}.*"):
+                    record.unlink(missing_ok=True)
+                removed.append(path)
+        return removed
 
 
 class HubClient(Protocol):
@@ -263,8 +305,16 @@ class HuggingFaceClient:
         api = self.hub.HfApi(endpoint=self.endpoint, token=self.token)
         info = api.model_info(self.request.repo_id, revision=self.request.revision, files_metadata=True)
         patterns = self.request.patterns()
-        files = {s.rfilename: int(s.size or 0) for s in info.siblings or [] if matches(s.rfilename, patterns)}
-        return Listing(commit=info.sha, files=files)
+        siblings = [s for s in info.siblings or [] if matches(s.rfilename, patterns)]
+        hashes: dict[str, tuple[ContentHash, str]] = {}
+        for sibling in siblings:
+            # LFS files: the content's sha256; files kept in git: the git blob id.
+            lfs_sha256 = (sibling.lfs or {}).get("sha256")  # BlobLfsInfo is a dict too
+            if lfs_sha256:
+                hashes[sibling.rfilename] = (ContentHash.SHA256, lfs_sha256)
+            elif sibling.blob_id:
+                hashes[sibling.rfilename] = (ContentHash.GIT_SHA1, sibling.blob_id)
+        return Listing(commit=info.sha, files={s.rfilename: int(s.size or 0) for s in siblings}, hashes=hashes)
 
     def download(self, listing: Listing, local_dir: Path) -> None:
         # At the listed commit: a branch that moves during the download cannot mix two revisions.
@@ -302,9 +352,11 @@ class ModelScopeClient:
         entries = self.api.list_repo_files(self.request.repo_id, "model", revision=self.request.revision,
                                            recursive=True)
         patterns = self.request.patterns()
-        files = {e.path: int(e.size or 0) for e in entries if e.type != "tree" and matches(e.path, patterns)}
+        kept = [e for e in entries if e.type != "tree" and matches(e.path, patterns)]
+        hashes = {e.path: (ContentHash.SHA256, e.sha256) for e in kept if getattr(e, "sha256", None)}
         # ModelScope's listing names no commit of the revision: the marker keeps the requested one.
-        return Listing(commit=self.request.revision, files=files)
+        return Listing(commit=self.request.revision, files={e.path: int(e.size or 0) for e in kept},
+                       hashes=hashes)
 
     def download(self, listing: Listing, local_dir: Path) -> None:
         # The client's file locks go below the snapshot's metadata folder, not under $HOME.
@@ -333,7 +385,8 @@ class FetchOptions:
 
 
 def cached(request: FetchRequest) -> str | None:
-    """Why the cache does not hold ``request`` yet (None when the marker and the files agree)."""
+    """Why the cache does not hold ``request`` yet (None when the marker and the files agree,
+    every file's sha256 included: a marker alone is never trusted)."""
 
     path = Path(request.marker_path)
     try:
@@ -342,7 +395,20 @@ def cached(request: FetchRequest) -> str | None:
         return f"no marker at {path}"
     except (OSError, ValueError) as error:
         return f"marker {path} unreadable: {error}"
-    return marker.mismatch(request) or marker.incomplete(request.model_dir)
+    return marker.mismatch(request) or marker.corrupt(request.model_dir, request.cache_root)
+
+
+def refuse_links(request: FetchRequest) -> None:
+    """Raise :class:`IntegrityError` where a link in the cache would send the fetch's writes out
+    of the snapshot (a planted ``org`` or revision folder, or a file linked elsewhere)."""
+
+    root, directory = Path(request.cache_root), Path(request.model_dir)
+    while not directory.exists() and directory != root:
+        directory = directory.parent  # the nearest folder that exists: what a mkdir would go through
+    leaving = links_leaving(directory, root) if directory.exists() else []
+    if leaving:
+        raise IntegrityError(f"the model cache has links that leave it: {', '.join(leaving[:3])}; "
+                             "remove them (nothing in the cache is a link)")
 
 
 def write_marker(request: FetchRequest, marker: CacheMarker) -> None:
@@ -379,9 +445,11 @@ class Fetcher:
 
     def _fetch(self) -> FetchExit:
         request = self.request
+        refuse_links(request)
         if cached(request) is None:
             return self._already()
         Path(request.model_dir).parent.mkdir(parents=True, exist_ok=True)
+        refuse_links(request)
         from filelock import FileLock  # huggingface_hub's own dependency
 
         with FileLock(str(lock_path(request.cache_root, request.hub, request.repo_id, request.revision))):
@@ -401,14 +469,21 @@ class Fetcher:
                                  bytes_total=sum(listing.files.values()), files_total=len(listing.files))
             local_dir = Path(request.model_dir)
             local_dir.mkdir(parents=True, exist_ok=True)
+            altered = listing.discard_altered(local_dir)
+            if altered:
+                log.warning("discarded %d cached files that are not the hub's: %s", len(altered),
+                            ", ".join(altered[:5]))
             with DiskPoller(local_dir, listing.files, self.progress):
                 client.download(listing, local_dir)
+            refuse_links(request)
             present = snapshot_files(local_dir, request.patterns())
             missing = sorted(path for path, size in listing.files.items() if present.get(path) != size)
             if missing:
                 raise OSError(f"the download ended without {len(missing)} listed files: "
                               f"{', '.join(missing[:5])}")
-            marker = CacheMarker.now(request, listing.commit, len(present), sum(present.values()))
+            digests = Listing(listing.commit, {path: present[path] for path in present},
+                              listing.hashes).check(local_dir)
+            marker = CacheMarker.now(request, listing.commit, len(present), sum(present.values()), digests)
             write_marker(request, marker)
         self.progress.update(phase=FetchPhase.COMPLETE)
         log.info("cached %d files, %d bytes, commit %s: %s", marker.files, marker.total_bytes, marker.commit,

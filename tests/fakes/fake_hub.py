@@ -31,6 +31,38 @@ from typing import Self
 from urllib.parse import parse_qs, unquote, urlparse
 
 
+#: Files the real hub keeps in LFS (their listing gives ``lfs.sha256``); others are kept in git.
+LFS_SUFFIXES = (".safetensors", ".bin", ".gguf")
+
+
+def git_blob_id(data: bytes) -> str:
+    """Git's object id of a blob: what the hub lists as ``blobId`` / ``oid`` for a file in git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def lfs_pointer(data: bytes) -> bytes:
+    return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\n"
+            f"size {len(data)}\n").encode()
+
+
+def listed(name: str, data: bytes) -> dict:
+    """A sibling's blob fields as the hub lists them with ``?blobs=True``."""
+    if name.endswith(LFS_SUFFIXES):
+        pointer = lfs_pointer(data)
+        return {"size": len(data), "blobId": git_blob_id(pointer),
+                "lfs": {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": len(pointer)}}
+    return {"size": len(data), "blobId": git_blob_id(data)}
+
+
+def tree_entry(name: str, data: bytes) -> dict:
+    """A file of ``/tree`` as the hub lists it: the tree API names the LFS sha256 ``oid``."""
+    fields = listed(name, data)
+    entry = {"type": "file", "path": name, "size": len(data), "oid": fields["blobId"]}
+    if "lfs" in fields:
+        entry["lfs"] = {"oid": fields["lfs"]["sha256"], "size": len(data), "pointerSize": fields["lfs"]["pointerSize"]}
+    return entry
+
+
 def commit_of(files: dict[str, bytes], salt: str = "") -> str:
     digest = hashlib.sha1(salt.encode())
     for path in sorted(files):
@@ -45,6 +77,8 @@ class FakeRepo:
     commits: dict[str, dict[str, bytes]] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
     token: str | None = None  # when set, every request must carry it
+    #: Files whose downloads send other bytes (same length) than the listing's hashes describe.
+    corrupt: set[str] = field(default_factory=set)
 
     def add(self, files: dict[str, bytes], *refs: str) -> str:
         sha = commit_of(files, salt=str(len(self.commits)))
@@ -211,13 +245,11 @@ class FakeHub(LocalHubServer):
         files = repo.commits[sha]
         if kind == "tree":
             payload = [
-                {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
-                for name, data in sorted(files.items())
+                tree_entry(name, data) for name, data in sorted(files.items())
             ]
         elif kind == "revision":
             blobs = query.get("blobs", ["false"])[0].lower() == "true"
-            siblings = [{"rfilename": name, **({"size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
-                                               if blobs else {})}
+            siblings = [{"rfilename": name, **(listed(name, data) if blobs else {})}
                         for name, data in sorted(files.items())]
             payload = {"id": repo_id, "modelId": repo_id, "sha": sha, "private": repo.token is not None,
                        "siblings": siblings, "tags": [], "downloads": 0, "likes": 0}
@@ -238,7 +270,11 @@ class FakeHub(LocalHubServer):
         if data is None:
             self._error(handler, 404, "EntryNotFound", f"{filename} does not exist on {revision}", body)
             return
-        headers = {"X-Repo-Commit": sha, "ETag": f'"{hashlib.sha1(data).hexdigest()}"',
+        fields = listed(filename, data)
+        etag = fields["lfs"]["sha256"] if "lfs" in fields else fields["blobId"]
+        if filename in repo.corrupt:
+            data = bytes(b ^ 0xFF for b in data)
+        headers = {"X-Repo-Commit": sha, "ETag": f'"{etag}"',
                    "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes"}
         status, payload = 200, data
         ranged = handler.headers.get("range", "")

@@ -110,6 +110,59 @@ def test_download_completes_writes_the_marker_and_a_second_run_asks_the_hub_noth
         assert again.progress.get().phase is FetchPhase.COMPLETE
 
 
+def test_a_download_that_is_not_the_hubs_listed_content_fails_as_integrity_and_marks_nothing(
+        tmp_path, tiny_files):
+    root = tmp_path / "cache"
+    weights = next(name for name in tiny_files if name.endswith(".safetensors"))
+    for corrupt in (weights, "config.json"):  # an LFS file (sha256) and a file kept in git (blob id)
+        repo = make_repo(tiny_files)
+        repo.corrupt = {corrupt}
+        with FakeHub({REPO_ID: repo}) as hub:
+            code, fetcher = fetch(hub, root / corrupt)
+        assert code is FetchExit.INTEGRITY, corrupt
+        assert not Path(fetcher.request.marker_path).exists()
+        failure = termination(root / corrupt)
+        assert failure["reason"] == "Integrity" and corrupt in failure["message"]
+
+
+def test_files_and_a_marker_planted_in_the_cache_are_not_served_but_fetched_again(tmp_path, tiny_files):
+    root = tmp_path / "cache"
+    with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
+        request = make_fetcher(hub, root).request
+        # Another writer's weights of the same sizes and a marker counting them (no digests, as
+        # layout 1 wrote them, and with digests of its own files).
+        snapshot = Path(request.model_dir)
+        snapshot.mkdir(parents=True)
+        for name, data in tiny_files.items():
+            (snapshot / name).write_bytes(bytes(b ^ 0x55 for b in data))
+        for planted in (CacheMarker.now(request, "f" * 40, len(tiny_files), sum(map(len, tiny_files.values()))),
+                        CacheMarker.of_directory(request, "f" * 40, snapshot)):
+            marker = planted.model_copy(update={"digests": {**planted.digests}})
+            if marker.digests:  # digests that do not describe the files
+                marker.digests = {name: "0" * 64 for name in marker.digests}
+            Path(request.marker_path).write_text(marker.to_json())
+            code, _ = fetch(hub, root)
+            assert code is FetchExit.OK
+            for name, data in tiny_files.items():
+                assert (snapshot / name).read_bytes() == data, "the hub's files replace the planted ones"
+            for name, data in tiny_files.items():
+                (snapshot / name).write_bytes(bytes(b ^ 0x55 for b in data))
+        assert len(hub.file_downloads()) == 2 * len(tiny_files)
+
+
+def test_a_link_that_leads_out_of_the_cache_is_refused_before_anything_is_written(tmp_path, tiny_files):
+    root, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "models" / "huggingface").mkdir(parents=True)
+    (root / "models" / "huggingface" / "tiny").symlink_to(elsewhere, target_is_directory=True)
+    with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:
+        code, _ = fetch(hub, root)
+        assert code is FetchExit.INTEGRITY
+        assert hub.file_downloads() == []
+    assert list(elsewhere.iterdir()) == [], "nothing was written through the link"
+    assert "links that leave it" in termination(root)["message"]
+
+
 def test_a_snapshot_with_a_file_missing_is_fetched_again(tmp_path, tiny_files):
     root = tmp_path / "cache"
     with FakeHub({REPO_ID: make_repo(tiny_files)}) as hub:

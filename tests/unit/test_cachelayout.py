@@ -195,3 +195,60 @@ def test_the_job_command_carries_the_request_as_the_fetch_command_parses_it():
     assert command[:2] == ["ascend-llm", "fetch"]
     args = build_parser().parse_args(command[1:])
     assert FetchRequest.model_validate_json(args.request_json) == request and args.progress_port == 9090
+
+
+def test_file_hashes_are_the_sha256_and_the_id_git_gives_the_blob(tmp_path):
+    import hashlib
+    import subprocess
+
+    from ascend_runtime.cachelayout import ContentHash, file_hashes
+
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(b'{"model": "bpe"}\n' * 1000)
+    hashes = file_hashes(path)
+    assert hashes[ContentHash.SHA256] == hashlib.sha256(path.read_bytes()).hexdigest()
+    git = subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True)
+    assert hashes[ContentHash.GIT_SHA1] == git.stdout.strip()
+
+
+def test_links_leaving_the_snapshot_or_the_root_are_named(tmp_path):
+    from ascend_runtime.cachelayout import links_leaving
+
+    root, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    snapshot = root / "models" / "huggingface" / "org" / "name" / "default"
+    snapshot.mkdir(parents=True)
+    elsewhere.mkdir()
+    (snapshot / "config.json").write_text("{}")
+    (snapshot / "inside.json").symlink_to(snapshot / "config.json")
+    assert links_leaving(snapshot, root) == []
+    (snapshot / "weights.safetensors").symlink_to(elsewhere / "planted.safetensors")
+    assert [item.split(" -> ")[0] for item in links_leaving(snapshot)] == [str(snapshot / "weights.safetensors")]
+    # A planted folder on the way down (another place posing as the org) leaves the root.
+    (root / "models" / "huggingface" / "evil").symlink_to(elsewhere, target_is_directory=True)
+    assert links_leaving(root / "models" / "huggingface" / "evil", root)
+
+
+def test_a_marker_records_digests_and_a_changed_byte_of_the_same_size_is_corrupt(tmp_path):
+    request = FetchRequest(repo_id="org/name", cache_root=str(tmp_path))
+    directory = Path(request.model_dir)
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_bytes(b'{"a": 1}')
+    (directory / "model.safetensors").write_bytes(b"\x00" * 64)
+    marker = CacheMarker.of_directory(request, "c" * 40, directory)
+    assert set(marker.digests) == {"config.json", "model.safetensors"}
+    assert marker.corrupt(directory, tmp_path) is None
+    (directory / "model.safetensors").write_bytes(b"\x01" + b"\x00" * 63)
+    assert marker.incomplete(directory) is None, "the same sizes: only the digest tells"
+    assert "model.safetensors" in marker.corrupt(directory)
+    assert "no digests" in CacheMarker.now(request, None, files=2, total_bytes=72).corrupt(directory)
+
+
+def test_the_compile_key_differs_by_namespace_and_each_launch_keys_on_its_config_s(tmp_path):
+    assert compile_cache_key(key(namespace="team-a")) != compile_cache_key(key(namespace="team-b"))
+    cpu, argv = Versions(platform="cpu", vllm="0.32.0"), ["python3", "--model", "m"]
+    dirs = set()
+    for namespace in ("team-a", "team-b"):
+        cfg = config(tmp_path)
+        cfg = cfg.model_copy(update={"compile_cache": cfg.compile_cache.model_copy(update={"namespace": namespace})})
+        dirs.add(prepare_launch(cfg, cpu, GraphMode.PIECEWISE, argv).report.dir)
+    assert len(dirs) == 2, "the same model, image and flags in two namespaces compile apart"
