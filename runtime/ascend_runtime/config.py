@@ -167,11 +167,12 @@ class EngineOptions(_Model):
     shutdown_timeout_s: int = Field(
         30, ge=0, le=3600, description="Seconds in-flight requests get to finish on SIGTERM."
     )
-    tuned_defaults: bool = Field(
-        True,
+    tuned_defaults: bool | None = Field(
+        None,
         description=(
             "Apply vllm-ascend's tutorial settings for the model's class and the installed version "
-            "(ascend_runtime.tuning; docs/tuned-defaults.md). What the user sets always wins."
+            "(ascend_runtime.tuning; docs/tuned-defaults.md); None (left out) means true, false turns "
+            "them off. What the user sets always wins."
         ),
     )
 

@@ -97,6 +97,7 @@ class Need(str, enum.Enum):
     ASCEND_QUANT = "msModelSlim weights"
     A3 = "A3"
     A3_W8A8_EP = "A3, W8A8, expert parallel <= 32"
+    ASYNC_SAFE = "no pipeline parallel, no Ray executor"
 
 
 #: vllm-ascend variables by the first tag whose ``vllm_ascend/envs.py`` has them and the first
@@ -150,6 +151,8 @@ def _rules() -> tuple[Rule, ...]:
 
     def add(kind: Kind, name: str, value: Any, scenarios, since: Version, until: Version | None,
             source: str, need: Need | None = None) -> None:
+        if kind is Kind.FLAG:
+            need = Need.ASYNC_SAFE
         rules.append(Rule(kind, name, value, frozenset(scenarios), since, until, _T + source, need))
 
     env, flag, graph, extra = Kind.ENV, Kind.FLAG, Kind.GRAPH, Kind.ADDITIONAL
@@ -385,6 +388,15 @@ def _applicable(rule: Rule, version: Version, scenario: Scenario) -> bool:
 
 def _need_unmet(need: Need | None, profile: ModelProfile, config: EngineConfig, chip: Chip | None) -> str | None:
     parallel = config.engine.parallel
+    if need is Need.ASYNC_SAFE:
+        # The tutorials pass it without pipeline parallel and with the mp executor; vLLM refuses an
+        # explicit --async-scheduling on an executor without support (vllm/config/vllm.py, v0.32.0)
+        # and versions before disabled it with pipeline parallel.
+        if parallel.pipeline > 1:
+            return "the tutorials use it without pipeline parallel"
+        if config.distributed.nodes > 1 and config.distributed.backend == "ray":
+            return "the tutorials use it with the mp executor, not Ray"
+        return None
     if need is None:
         return None
     if need is Need.TP and parallel.tensor <= 1:
@@ -461,8 +473,9 @@ def tune(
 ) -> TuneResult:
     """``config`` with the tuned defaults for its model folded in, and what was applied and why."""
     base_env = base_env or {}
-    report = TunedDefaultsReport(enabled=config.engine.tuned_defaults)
-    if not config.engine.tuned_defaults:
+    enabled = config.engine.tuned_defaults is not False  # None (not rendered) means on
+    report = TunedDefaultsReport(enabled=enabled)
+    if not enabled:
         report.reason = "engine.tunedDefaults is false"
         return TuneResult(config, report)
     if versions.platform != "ascend":
