@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +231,8 @@ def _rules() -> tuple[Rule, ...]:
         if since == _V0130:
             # Default 0 in v0.13.0's envs.py, 1 from v0.18.0 (its tutorials stop setting it).
             add(env, "VLLM_ASCEND_ENABLE_MLAPO", "1", {_S.MLA}, since, until, mla, Need.ASCEND_QUANT)
-        add(flag, "--async-scheduling", True, {_S.MLA}, since, until, mla)
+        if since != _V0230:  # v0.23.0's A3 tab leaves it out (only its 950DT tab passes it)
+            add(flag, "--async-scheduling", True, {_S.MLA}, since, until, mla)
         add(graph, "cudagraph_mode", "FULL_DECODE_ONLY", {_S.MLA}, since, until, mla)
     return tuple(rules)
 
@@ -252,7 +253,6 @@ class ModelProfile:
     quantization: str | None = None
     ascend_quant_type: str | None = None
     ascend_description: bool = False
-    model_type: str | None = None
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
@@ -338,7 +338,6 @@ def classify_model(model_dir: str | Path) -> ModelProfile:
         quantization=quantization,
         ascend_quant_type=quant_type if isinstance(quant_type, str) else None,
         ascend_description=exact in descriptions,
-        model_type=cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None,
         notes=tuple(notes),
     )
 
@@ -362,7 +361,6 @@ class TuneResult:
     config: EngineConfig
     report: TunedDefaultsReport
     profile: ModelProfile | None = None
-    warnings: list[str] = field(default_factory=list)
 
 
 def _flag_given(extra_args: list[str], names: tuple[str, ...]) -> bool:
@@ -377,7 +375,7 @@ def _chip(config: EngineConfig, versions: Versions) -> Chip | None:
         return Chip.P310
     if name.startswith("910B"):
         return Chip.A2_910B
-    if name.startswith(("910C", "A3", "ASCEND910_93")):
+    if name.startswith(("910C", "A3")):  # A3 is the 910C (reference facts, npu-smi section)
         return Chip.A3
     return None
 

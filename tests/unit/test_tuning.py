@@ -140,6 +140,8 @@ def test_mla_torchair_keys_only_up_to_0_11(tmp_path):
         assert "torchair_graph_config" not in result.config.ascend.additional_config
         assert result.config.engine.env["VLLM_ASCEND_BALANCE_SCHEDULING"] == "1"
         assert result.config.graph.policy is GraphPolicy.FULL_DECODE_ONLY
+        # v0.23.0's A3 tab drops --async-scheduling for DeepSeek-V3.1.
+        assert ("--async-scheduling" in result.config.engine.extra_args) is (version != "0.23.0")
 
 
 def test_mlapo_for_msmodelslim_mla_at_0_13(tmp_path):
