@@ -629,6 +629,8 @@ class CompileCacheReport(_Model):
 class TunedDefaultReport(_Model):
     """One tuned default: the setting, the tutorial it comes from, and why it was not applied."""
 
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
     kind: str = Field(description="env, flag, graphMode, additionalConfig or quantization.")
     setting: str = Field(description="What is set, e.g. HCCL_BUFFSIZE=512 or --async-scheduling.")
     source: str = Field(description="The vllm-ascend file and tag it comes from.")
@@ -637,6 +639,9 @@ class TunedDefaultReport(_Model):
 
 class TunedDefaultsReport(_Model):
     """What ascend_runtime.tuning applied to this launch, in ``/state`` (``tunedDefaults``)."""
+
+    #: Read by operators of other versions too: unknown fields are ignored, as in RuntimeState.
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)
 
     enabled: bool = True
     model_class: str | None = Field(None, description="dense, MoE or MLA, from the model's config.json.")

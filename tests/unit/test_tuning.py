@@ -323,3 +323,11 @@ def test_switch_left_out_is_on_and_not_rendered(tmp_path):
     config = _config(_model(tmp_path, GPT_OSS_120B), tp=8)
     assert config.engine.tuned_defaults is None and "tunedDefaults" not in config.to_yaml()
     assert tune(config, _ascend("0.13.0")).report.applied
+
+
+def test_state_report_tolerates_fields_of_other_runtime_versions():
+    from ascend_runtime.config import RuntimeState
+
+    state = RuntimeState.model_validate({"tunedDefaults": {
+        "summary": "MoE", "later": 1, "applied": [{"kind": "env", "setting": "A=1", "source": "s", "new": 2}]}})
+    assert state.tuned_defaults.applied[0].setting == "A=1"
