@@ -60,6 +60,32 @@ def _cmd_doctor_npu_smi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_doctor_tuning(args: argparse.Namespace) -> int:
+    from ascend_runtime.config import ConfigError, EngineConfig, ModelConfig, load_config
+    from ascend_runtime.tuning import describe_report, tune
+    from ascend_runtime.versions import Versions, detect_versions
+
+    try:
+        config = load_config(args.config) if args.config else EngineConfig(model=ModelConfig(path=args.model_dir))
+        versions = detect_versions()
+        if args.vllm_ascend_version or args.vllm_version or args.chip:
+            versions = Versions.assumed(
+                vllm=args.vllm_version or versions.vllm,
+                vllm_ascend=args.vllm_ascend_version or versions.vllm_ascend,
+                chip_name=args.chip or versions.chip_name,
+            )
+    except (ConfigError, ValueError) as error:
+        print(f"ascend-llm doctor tuning: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.tensor_parallel:
+        config.engine.parallel.tensor = args.tensor_parallel
+    result = tune(config, versions, {} if args.ignore_env else os.environ, model_dir=args.model_dir)
+    out = {"tunedDefaults": result.report.model_dump(mode="json", by_alias=True, exclude_none=True),
+           "lines": describe_report(result.report)}
+    print(json.dumps(out, indent=2))
+    return EXIT_OK
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from ascend_runtime.main import run_from_args
 
@@ -136,6 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
     smi = dsub.add_parser("npu-smi", help="Parse `npu-smi info` output into chips and processes (JSON).")
     smi.add_argument("file", help="Captured output, or - for standard input.")
     smi.set_defaults(func=_cmd_doctor_npu_smi)
+    tuning = dsub.add_parser(
+        "tuning", help="Which tuned defaults (docs/tuned-defaults.md) the runtime applies to a model, and why.")
+    tuning.add_argument("model_dir", help="The model directory (its config.json is read).")
+    tuning.add_argument("--config", default=None, help="Engine config file (default: model_dir alone).")
+    tuning.add_argument("--vllm-ascend-version", default=None, help="Assume this vllm-ascend (Ascend platform).")
+    tuning.add_argument("--vllm-version", default=None, help="Assume this vLLM.")
+    tuning.add_argument("--chip", default=None, help="Assume this chip name (e.g. 910B3, A3).")
+    tuning.add_argument("--tensor-parallel", type=int, default=None, help="Override engine.parallel.tensor.")
+    tuning.add_argument("--ignore-env", action="store_true",
+                        help="Do not treat this shell's environment as the user's settings.")
+    tuning.set_defaults(func=_cmd_doctor_tuning)
 
     for ep in entry_points(group="ascend_llm.commands"):
         try:

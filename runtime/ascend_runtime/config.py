@@ -170,6 +170,14 @@ class EngineOptions(_Model):
     shutdown_timeout_s: int = Field(
         30, ge=0, le=3600, description="Seconds in-flight requests get to finish on SIGTERM."
     )
+    tuned_defaults: bool | None = Field(
+        None,
+        description=(
+            "Apply vllm-ascend's tutorial settings for the model's class and the installed version "
+            "(ascend_runtime.tuning; docs/tuned-defaults.md); None (left out) means true, false turns "
+            "them off. What the user sets always wins."
+        ),
+    )
 
 
 class GraphConfig(_Model):
@@ -621,6 +629,33 @@ class CompileCacheReport(_Model):
     )
 
 
+class TunedDefaultReport(_Model):
+    """One tuned default: the setting, the tutorial it comes from, and why it was not applied."""
+
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
+    kind: str = Field(description="env, flag, graphMode, additionalConfig or quantization.")
+    setting: str = Field(description="What is set, e.g. HCCL_BUFFSIZE=512 or --async-scheduling.")
+    source: str = Field(description="The vllm-ascend file and tag it comes from.")
+    skipped: str | None = Field(None, description="Why it was not applied (the user set it, the version lacks it).")
+
+
+class TunedDefaultsReport(_Model):
+    """What ascend_runtime.tuning applied to this launch, in ``/state`` (``tunedDefaults``)."""
+
+    #: Read by operators of other versions too: unknown fields are ignored, as in RuntimeState.
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
+    enabled: bool = True
+    model_class: str | None = Field(None, description="dense, MoE or MLA, from the model's config.json.")
+    scenario: str | None = Field(None, description="The tutorial class: dense 1 NPU, dense TP>1, small/large MoE, MLA.")
+    summary: str | None = Field(None, description="e.g. 'MoE, 128 experts, ~235B parameters, vllm-ascend 0.13.0'.")
+    reason: str | None = Field(None, description="Why none applies (off, not Ascend, no config.json ...).")
+    applied: list[TunedDefaultReport] = Field(default_factory=list)
+    skipped: list[TunedDefaultReport] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
 class AdapterPhase(str, enum.Enum):
     """Where one adapter of the desired set stands in this pod's engine."""
 
@@ -697,6 +732,9 @@ class RuntimeState(_Model):
     )
     adapters_error: str | None = Field(
         None, description="Why the adapters file cannot be used; the last good set stays in force."
+    )
+    tuned_defaults: TunedDefaultsReport | None = Field(
+        None, description="The tuned defaults of the current launch (ascend_runtime.tuning) and why."
     )
     #: Unix time of the last phase change.
     since: float | None = None

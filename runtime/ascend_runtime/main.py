@@ -27,6 +27,7 @@ from ascend_runtime.preflight import make_preflight
 from ascend_runtime.server import build_app, start_server
 from ascend_runtime.state import StateStore
 from ascend_runtime.supervisor import EXIT_CONFIG, HealthHooks, Supervisor
+from ascend_runtime.tuning import describe_report, tune
 from ascend_runtime.versions import Versions, describe, detect_versions
 
 log = logging.getLogger("ascend_runtime")
@@ -174,6 +175,8 @@ def print_flags(args: argparse.Namespace) -> int:
             torch=versions.torch, torch_npu=versions.torch_npu, cann=versions.cann,
             chip_name=versions.chip_name,
         )
+    tuned = tune(config, versions, os.environ)
+    config = tuned.config
     ladder = graph_ladder(config, versions)
     try:
         mode = GraphMode(args.mode.upper()) if args.mode else ladder[0]
@@ -190,6 +193,7 @@ def print_flags(args: argparse.Namespace) -> int:
         "versions": describe(versions), "ladder": [m.value for m in ladder],
         "mode": mode.value,
         "argv": plan.engine_argv, "env": plan.env, "warnings": plan.warnings,
+        "tunedDefaults": describe_report(tuned.report),
     }
     if plan.distributed.nodes > 1:
         out["distributed"] = plan.to_json()

@@ -43,6 +43,7 @@ from ascend_runtime.logclass import Event
 from ascend_runtime.promtext import MetricsTextError, sample_values, total
 from ascend_runtime.reaper import Reaper, become_subreaper
 from ascend_runtime.state import StateStore
+from ascend_runtime.tuning import describe_report, tune
 from ascend_runtime.versions import Versions
 from ascend_runtime.worker import WorkerRole
 
@@ -213,6 +214,7 @@ class Supervisor:
         code = await self._wait_model_cache()
         if code is not None:
             return code
+        self._apply_tuned_defaults()
         if self.config.runtime.preflight and self.preflight is not None:
             code = await self._run_preflight()
             if code is not None:
@@ -290,6 +292,16 @@ class Supervisor:
             if stopped:
                 return EXIT_STOPPED
         return None
+
+    def _apply_tuned_defaults(self) -> None:
+        """The tutorials' settings for this model class and version (ascend_runtime.tuning), once the
+        model's config.json is on disk; the report goes to /state."""
+
+        tuned = tune(self.config, self.versions, self.env)
+        self.config = tuned.config
+        self.store.state.tuned_defaults = tuned.report
+        for line in describe_report(tuned.report):
+            log.info("tuned defaults: %s", line)
 
     async def _run_preflight(self) -> int | None:
         assert self.preflight is not None
