@@ -140,7 +140,8 @@ def pod_specs(children: Children) -> list[dict[str, Any]]:
 def runtime_image_pod_specs(children: Children) -> list[dict[str, Any]]:
     """The pods running the runtime image: the engine pods and a fetch Job's (not the Endpoint
     Picker's, which runs its own image)."""
-    return [pod for pod in all_pod_specs(children) if any(c["image"] == children.image for c in pod["containers"])]
+    return [pod for pod in all_pod_specs(children)
+            if any(c["image"] == children.image for c in pod["containers"])]
 
 
 def build_example(path: Path) -> tuple[dict[str, Any], Children]:
