@@ -14,7 +14,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Callable, Sequence
 
-#: Exit codes, documented in the README ("Exit codes").
+#: Exit codes, documented in docs/runtime.md ("Exit codes").
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2

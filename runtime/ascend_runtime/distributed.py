@@ -6,7 +6,7 @@ with ``EngineConfig.distributed``; :func:`plan_distributed` renders what this po
 The rest is how a worker follows the leader's graph mode over its ``GET /state``
 (:func:`wait_for_leader_mode`, :func:`worker_should_relaunch`, :func:`group_member_ready`).
 Backends, environment and the group's graph mode and readiness, with their sources:
-``docs/multinode-runtime.md``.
+``docs/multi-node-replicas.md`` (the runtime side).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from ascend_runtime.worker import WorkerRole
 
 log = logging.getLogger(__name__)
 
-#: Exit codes of `ascend-llm run` (the README's table).
+#: Exit codes of `ascend-llm run` (the table in docs/runtime.md).
 EXIT_STOPPED = 0  # stopped by SIGTERM/SIGINT after draining
 EXIT_CONFIG = 2  # the engine config is invalid
 EXIT_START_FAILED = 3  # the engine never became ready: every rung and restart used up

@@ -112,8 +112,9 @@ def parse_dockerfile(path: Path) -> Dockerfile:
     return Dockerfile(global_args, stages)
 
 
-def pod_specs(children: Children) -> list[dict[str, Any]]:
-    """Every pod spec among the children (a Deployment's template, LeaderWorkerSet templates ...)."""
+def all_pod_specs(children: Children) -> list[dict[str, Any]]:
+    """Every pod spec among the children (a Deployment's template, LeaderWorkerSet templates, a
+    fetch Job's, the Endpoint Picker's ...)."""
     found: list[dict[str, Any]] = []
 
     def walk(node: Any) -> None:
@@ -129,6 +130,18 @@ def pod_specs(children: Children) -> list[dict[str, Any]]:
 
     walk(children.objects())
     return found
+
+
+def pod_specs(children: Children) -> list[dict[str, Any]]:
+    """The engine pods: those with the runtime's ``engine`` container."""
+    return [pod for pod in all_pod_specs(children) if any(c["name"] == "engine" for c in pod["containers"])]
+
+
+def runtime_image_pod_specs(children: Children) -> list[dict[str, Any]]:
+    """The pods running the runtime image: the engine pods and a fetch Job's (not the Endpoint
+    Picker's, which runs its own image)."""
+    return [pod for pod in all_pod_specs(children)
+            if any(c["image"] == children.image for c in pod["containers"])]
 
 
 def build_example(path: Path) -> tuple[dict[str, Any], Children]:
@@ -269,7 +282,7 @@ def test_engine_pod_runs_as_the_image_user(example: Path) -> None:
     final = parse_dockerfile(RUNTIME_DOCKERFILE).final
     user, _, group = final.last("USER").partition(":")
     _, children = build_example(example)
-    for pod in pod_specs(children):
+    for pod in runtime_image_pod_specs(children):
         security = pod["securityContext"]
         assert (security["runAsUser"], security["runAsGroup"]) == (int(user), int(group)) == (1000, 1000)
         assert security["runAsNonRoot"] is True

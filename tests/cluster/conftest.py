@@ -33,7 +33,22 @@ ADDON_CRDS = ("leaderworkerset.x-k8s.io_leaderworkersets.yaml", "keda.sh_scaledo
 WAIT_S = 60.0
 #: The operator's steady-state resync in this tier: far longer than any wait on a watch.
 RESYNC_S = 120.0
+#: How long the operator may go on using its last list of the served APIs.
+DISCOVERY_TTL_S = 5.0
 NAMESPACE_PREFIX = "op-"
+#: The operator settings of this tier (``ascend-llm render`` predicts children with the same).
+OPERATOR_SETTINGS = {
+    "ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S": str(RESYNC_S),
+    "ASCEND_LLM_OPERATOR_PROGRESS_POLL_INTERVAL_S": "2",
+    "ASCEND_LLM_OPERATOR_STATUS_READ_TIMEOUT_S": "1",
+    "ASCEND_LLM_OPERATOR_RETRY_BACKOFF_BASE_S": "1",
+    "ASCEND_LLM_OPERATOR_DISCOVERY_TTL_S": str(DISCOVERY_TTL_S),
+    # test_model_cache.py: a fetch Job that cannot start fails soon, and is retried soon.
+    "ASCEND_LLM_OPERATOR_FETCH_DEADLINE_S": "20",
+    "ASCEND_LLM_OPERATOR_FETCH_RETRY_INTERVAL_S": "3",
+    # The examples' hostPath models, as an administrator would allow them.
+    "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/models,/data/models",
+}
 #: Write verbs as apiserver_request_total names them (dry runs excluded by the caller). Deletes
 #: are not counted: the namespace controller and the garbage collector delete the same kinds
 #: when an earlier test's namespace goes.
@@ -99,17 +114,7 @@ class OperatorUnderTest:
 
     def start(self) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("ASCEND_LLM_OPERATOR_")}
-        env.update({"KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1",
-                    "ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S": str(RESYNC_S),
-                    "ASCEND_LLM_OPERATOR_PROGRESS_POLL_INTERVAL_S": "2",
-                    "ASCEND_LLM_OPERATOR_STATUS_READ_TIMEOUT_S": "1",
-                    "ASCEND_LLM_OPERATOR_RETRY_BACKOFF_BASE_S": "1",
-                    "ASCEND_LLM_OPERATOR_DISCOVERY_TTL_S": "5",
-                    # test_model_cache.py: a fetch Job that cannot start fails soon, and is retried soon.
-                    "ASCEND_LLM_OPERATOR_FETCH_DEADLINE_S": "20",
-                    "ASCEND_LLM_OPERATOR_FETCH_RETRY_INTERVAL_S": "3",
-                    # The examples' hostPath models, as an administrator would allow them.
-                    "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/models,/data/models"})
+        env.update({"KUBECONFIG": self.kubeconfig, "PYTHONUNBUFFERED": "1", **OPERATOR_SETTINGS})
         env.update(self.env_overrides)
         url = f"http://127.0.0.1:{self.liveness_port or free_port()}/healthz"
         args = [*(["--standalone"] if self.standalone else []), "-n", f"{NAMESPACE_PREFIX}*", "--liveness", url]

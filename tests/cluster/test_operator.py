@@ -18,10 +18,14 @@ the server's; kill -9 mid-reconcile leaves no duplicate or orphan; defaults the 
 from __future__ import annotations
 
 import copy
+import os
 import signal
 import statistics
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -29,8 +33,10 @@ from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.drift import find_drift
 from ascend_operator.names import label_value
-from conftest import WAIT_S, OperatorUnderTest, operator_writes, raw_get, writes
+from conftest import (DISCOVERY_TTL_S, OPERATOR_SETTINGS, WAIT_S, OperatorUnderTest, operator_writes, raw_get,
+                      writes)
 from install_harness import ROOT, wait_for
+from test_routing_on_server import install_routing_crds
 
 pytestmark = pytest.mark.cluster
 
@@ -97,7 +103,10 @@ def live_of(api: Any, child: dict[str, Any]) -> dict[str, Any] | None:
     prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
     plural = {"ConfigMap": "configmaps", "Service": "services", "Deployment": "deployments",
               "PodDisruptionBudget": "poddisruptionbudgets", "LeaderWorkerSet": "leaderworkersets",
-              "HorizontalPodAutoscaler": "horizontalpodautoscalers", "ScaledObject": "scaledobjects"}[child["kind"]]
+              "HorizontalPodAutoscaler": "horizontalpodautoscalers", "ScaledObject": "scaledobjects",
+              "PersistentVolumeClaim": "persistentvolumeclaims", "Job": "jobs",
+              "ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
+              "InferencePool": "inferencepools", "HTTPRoute": "httproutes"}[child["kind"]]
     meta = child["metadata"]
     return raw(api, f"{prefix}/namespaces/{meta['namespace']}/{plural}/{meta['name']}")
 
@@ -113,7 +122,8 @@ def rendered(api: Any, example: str, namespace: str) -> list[dict[str, Any]]:
     from ascend_operator.cli import render_children
 
     resource = yaml.safe_load((ROOT / "examples" / example).read_text(encoding="utf-8"))
-    return render_children(resource, namespace, served=served(api))
+    with mock.patch.dict(os.environ, OPERATOR_SETTINGS):  # the settings of the operator under test
+        return render_children(resource, namespace, served=served(api))
 
 
 def wait_children_match(api: Any, children: list[dict[str, Any]]) -> None:
@@ -178,17 +188,57 @@ SMALL_CPU_SPEC: dict[str, Any] = {
 # ----------------------------------------------------------------------------- examples
 
 
+@pytest.fixture
+def example_prerequisites(api: Any, namespace: str) -> Iterator[None]:
+    """What the examples expect of a cluster beyond the CRDs of conftest: the routing CRDs
+    (Inference Extension, Gateway API), a PersistentVolume of each created model cache's
+    StorageClass (this control plane has no provisioner; the fetch Job's pod is scheduled only
+    once its claim is bound) and the token Secrets the examples name."""
+
+    core = _clients(api)[2]
+    install_routing_crds(api)
+    volumes: list[str] = []
+    secrets: dict[str, dict[str, str]] = {}
+    try:
+        for example in EXAMPLES:
+            model = yaml.safe_load((ROOT / "examples" / example).read_text(encoding="utf-8"))["spec"]["model"]
+            if create_claim := (model.get("cache") or {}).get("create"):
+                name = f"example-{uuid.uuid4().hex[:8]}"
+                core.create_persistent_volume({"metadata": {"name": name}, "spec": {
+                    "capacity": {"storage": create_claim["size"]},
+                    "accessModes": [create_claim.get("accessMode", "ReadWriteMany")],
+                    "storageClassName": create_claim["storageClassName"],
+                    "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{name}"}}})
+                volumes.append(name)
+            if token := model.get("tokenSecretRef"):
+                secrets.setdefault(token["name"], {})[token["key"]] = "hf_example"
+        for name, data in secrets.items():
+            core.create_namespaced_secret(namespace, {"metadata": {"name": name}, "stringData": data})
+        time.sleep(DISCOVERY_TTL_S + 1)  # the operator's discovery sees the routing APIs
+        yield
+    finally:
+        for name in volumes:
+            core.delete_persistent_volume(name)
+
+
 def test_every_example_reconciles_as_render_predicts_and_an_idle_operator_writes_nothing(
-        api: Any, namespace: str, operator: OperatorUnderTest) -> None:
-    """All examples at once: children as predicted, status written, then no write at all."""
+        api: Any, namespace: str, operator: OperatorUnderTest, example_prerequisites: None) -> None:
+    """All examples at once, with the routing APIs served: every one accepted by the server,
+    children as predicted (a model cache's claim and fetch Job, then its workload once the Job
+    completed; the routing objects), status written, then no write at all."""
 
     custom = _clients(api)[0]
+    assert {"inference.networking.k8s.io/v1", "gateway.networking.k8s.io/v1"} <= served(api)
     predicted: dict[str, list[dict[str, Any]]] = {}
     for example in EXAMPLES:
         resource = yaml.safe_load((ROOT / "examples" / example).read_text(encoding="utf-8"))
         resource["metadata"]["namespace"] = namespace
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, resource)
         predicted[resource["metadata"]["name"]] = rendered(api, example, namespace)
+    kinds = {child["kind"] for children in predicted.values() for child in children}
+    # Every feature's children are among those compared (the examples cover every feature).
+    assert {"PersistentVolumeClaim", "Job", "Deployment", "LeaderWorkerSet", "ScaledObject",
+            "InferencePool", "HTTPRoute", "Role"} <= kinds
     for name, children in predicted.items():
         wait_children_match(api, children)
         wait_for(f"{name}'s status", lambda name=name: (get(api, namespace, name).get("status") or {})

@@ -67,7 +67,7 @@ def _remove_routing_crds(api: Any) -> None:
 RESYNC_WAIT_S = 150.0
 
 
-def _install_routing_crds(api: Any) -> None:
+def install_routing_crds(api: Any) -> None:
     import kubernetes
 
     ext = kubernetes.client.ApiextensionsV1Api(api)
@@ -138,7 +138,7 @@ def test_without_the_crds_a_condition_and_an_event_and_nothing_half_applied(api:
 
 def test_with_the_crds_every_routing_object_is_accepted_and_the_pools_parents_reach_the_status(
         api: Any, operator: Any, namespace: str) -> None:
-    _install_routing_crds(api)
+    install_routing_crds(api)
     time.sleep(6)  # past the operator's discovery TTL
     _create(api, namespace, _resource("qwen", {"gateway": {"name": "inference-gw", "namespace": "gateways"}}))
     custom, core, apps, rbac = _clients(api)

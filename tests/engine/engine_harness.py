@@ -14,7 +14,7 @@ ENGINE_COMMAND = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
 
 
 def engine_env(workdir: Path) -> dict[str, str]:
-    """The settings that ran the CPU engine best here (see README, "The engine on CPU")."""
+    """The settings that ran the CPU engine best here (see docs/development.md#engine-on-cpu)."""
 
     cache = workdir / "vllm-cache"
     cache.mkdir(exist_ok=True)

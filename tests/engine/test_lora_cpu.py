@@ -7,7 +7,7 @@ from the base model) from the first ready moment; the engine's ``vllm:lora_reque
 passes through the runtime's ``/metrics``; an adapter added to the file becomes servable
 and a removed one answers 404, the engine process staying the same; an adapter the engine
 refuses (rank above lora.maxRank) is Failed with the engine's reason while the rest serve. The
-time from the file change to the adapter answering is printed (README, "LoRA adapters").
+time from the file change to the adapter answering is printed (docs/lora.md).
 """
 
 from __future__ import annotations

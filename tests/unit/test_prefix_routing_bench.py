@@ -225,7 +225,7 @@ def test_engine_argv_sets_caching_and_extra_flags():
 
 @pytest.mark.parametrize("prefix_tokens", [128, 768, 1280, 1920])
 def test_sharing_by_30_percent_of_equal_requests_saves_at_most_28_percent(prefix_tokens):
-    # The README's bound beside the seeds' 42 %: (sharers - 1) / requests, whatever the prefix.
+    # docs/routing.md's bound beside the seeds' 42 %: (sharers - 1) / requests, whatever the prefix.
     for shared_fraction, bound in ((0.3, 14 / 50), (0.44, 21 / 50)):
         spec = pr.SharedWorkload(shared_fraction=shared_fraction, prefix_tokens=prefix_tokens, suffix_tokens=1)
         requests = pr.make_shared_workload(spec)
