@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     fetch = sub.add_parser(
         "fetch", help="The model cache Job: download one hub model revision into the cache volume, once.",
         description="Exit codes: 0 cached (or already cached), 1 unknown failure, 2 invalid request, "
-                    "3 unauthorized, 4 not found, 5 disk full, 6 network; 2, 3 and 4 are permanent.",
+                    "3 unauthorized, 4 not found, 5 disk full, 6 network, 7 integrity (content not the hub's, or "
+                    "a link leading out of the cache); 2, 3 and 4 are permanent.",
     )
     fetch.add_argument("--request-json", default=None,
                        help="The FetchRequest (ascend_runtime.cachelayout) as camelCase JSON; "
