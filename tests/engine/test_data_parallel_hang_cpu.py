@@ -7,8 +7,9 @@ SIGSTOP: its ``vllm:num_requests_running`` stays up and its ``vllm:generation_to
 stops, while engine 0 keeps serving and ``/health`` answers 200. Liveness must fail within
 ``health.hangTimeoutS`` naming engine 1.
 
-Opt-in (``ASCEND_LLM_DP_HANG_CPU=1``): the two engines' start took 2.5-3.8 min on this project's
-shared 2-core machine (the whole test 3.5-4.7 min), over the engine tier's budget. The same
+Opt-in (``ASCEND_LLM_DP_HANG_CPU=1``): the two engines' start took 2.5-4.5 min on this project's
+shared 2-core machine (the whole test 3.5-5.5 min), over the engine tier's budget. Before the
+per-engine detector it failed: ``/live`` still 200 13 s after engine 1 stalled (limit 10 s). The same
 detection with the fake engine runs in seconds: tests/runtime/test_data_parallel_hang_process.py.
 """
 
