@@ -22,6 +22,8 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_RSS_MB_PER_S``: grow resident memory at this rate (leak tests).
 - ``FAKE_ENGINE_HANG_AFTER``: after this many completions, requests never finish and the
   generated-token counter stops (hang tests).
+- ``FAKE_ENGINE_HANG_ENGINES``: the data-parallel engine indices that ``FAKE_ENGINE_HANG_AFTER``
+  stalls (comma-separated; default every engine); the others keep generating.
 - ``FAKE_ENGINE_LAUNCH_LOG``: append one line per launch (the argv) to this file.
 - ``FAKE_ENGINE_ENV_LOG``: append one JSON line per launch with the cache variables it got
   (``VLLM_CACHE_ROOT``, ``TORCHAIR_CACHE_HOME``, ``HF_HUB_OFFLINE``) to this file.
@@ -72,7 +74,10 @@ Multi-node workers: ``fake_engine.py serve MODEL ...`` is the form of vLLM's ``s
 subcommand (the model positional). With ``--headless`` (a data-parallel worker) it serves no
 HTTP at all, as vLLM's headless mode starts no API server: it logs its launch, honours
 ``FAKE_ENGINE_CAPTURE_FAIL`` and ``FAKE_ENGINE_CRASH_ONCE_AFTER_S``, and runs until SIGTERM.
-The data-parallel flags (``--data-parallel-*``) are accepted and ignored.
+The data-parallel flags (``--data-parallel-*``) are accepted; ``--data-parallel-size N`` gives
+the API server N engines, as vLLM's does: ``/metrics`` carries one label set per engine
+(``engine="0"`` ... ``engine="N-1"``, with ``model_name``), and a completion goes to the engine
+its ``X-data-parallel-rank`` header names (vLLM's header), else to the least busy one.
 """
 
 from __future__ import annotations
@@ -94,23 +99,50 @@ def env_float(name: str) -> float | None:
     return float(value) if value else None
 
 
+class EngineCore:
+    """One data-parallel engine of the API server: its running requests and generated tokens."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.running = 0
+        self.tokens = 0
+
+
 class FakeEngine:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.graph = not args.enforce_eager
         self.started = time.monotonic()
         self.startup_s = env_float("FAKE_ENGINE_STARTUP_S") or 0.2
-        self.running = 0
+        self.engines = [EngineCore(index) for index in range(max(1, args.data_parallel_size))]
         self.completions = 0
-        self.tokens = 0
         self.draining = False
         self.hang_after = env_float("FAKE_ENGINE_HANG_AFTER")
+        hang_engines = os.environ.get("FAKE_ENGINE_HANG_ENGINES")
+        self.hang_engines = (None if not hang_engines
+                             else {int(index) for index in hang_engines.split(",") if index.strip()})
         self.replay_after = env_float("FAKE_ENGINE_REPLAY_FAIL_AFTER")
         self.request_s = env_float("FAKE_ENGINE_REQUEST_S") or 0.0
         self.ballast: list[bytes] = []
         self.up_at: float | None = None  # when the HTTP server started listening
         self.base_name = args.served_model_name or args.model
         self.loras: dict[str, str] = {}  # name -> path, in load order
+
+    @property
+    def running(self) -> int:
+        return sum(core.running for core in self.engines)
+
+    def route(self, request: web.Request) -> EngineCore:
+        """vLLM's ``X-data-parallel-rank`` header picks the engine; else the least busy one."""
+
+        rank = request.headers.get("X-data-parallel-rank")
+        if rank is not None and rank.isdigit() and int(rank) < len(self.engines):
+            return self.engines[int(rank)]
+        return min(self.engines, key=lambda core: core.running)
+
+    def stalls(self, core: EngineCore) -> bool:
+        return (self.hang_after is not None and self.completions > self.hang_after
+                and (self.hang_engines is None or core.index in self.hang_engines))
 
     def ready(self) -> bool:
         return time.monotonic() - self.started >= self.startup_s
@@ -174,10 +206,11 @@ class FakeEngine:
                        "provide a chat template if the tokenizer does not define one.")
             return web.json_response({"object": "error", "message": message, "type": "BadRequestError",
                                       "param": None, "code": 400}, status=400)
-        self.running += 1
+        core = self.route(request)
+        core.running += 1
         try:
             self.completions += 1
-            if self.hang_after is not None and self.completions > self.hang_after:
+            if self.stalls(core):
                 await asyncio.sleep(3600)
             if self.graph and self.replay_after is not None and self.completions > self.replay_after:
                 print_log(os.environ["FAKE_ENGINE_REPLAY_LOG"])
@@ -185,9 +218,9 @@ class FakeEngine:
                 return web.json_response({"error": "engine dead"}, status=500)
             await asyncio.sleep(self.request_s)
             produced = int(body.get("max_tokens") or 4)
-            self.tokens += produced
+            core.tokens += produced
         finally:
-            self.running -= 1
+            core.running -= 1
         key = "message" if "messages" in body else "text"
         choice = {"index": 0, key: {"role": "assistant", "content": "ok"} if key == "message" else "ok",
                   "finish_reason": "length"}
@@ -196,17 +229,19 @@ class FakeEngine:
     async def metrics(self, _: web.Request) -> web.Response:
         if self.erroring():
             return web.Response(status=500, text="injected error")
-        labels = '{engine="0",model_name="fake"}'
+        def family(name: str, kind: str, doc: str, value) -> str:
+            lines = [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
+            lines += [f'{name}{{engine="{core.index}",model_name="{self.base_name}"}} {float(value(core))}'
+                      for core in self.engines]
+            return "\n".join(lines) + "\n"
+
         text = (
-            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-            "# TYPE vllm:num_requests_running gauge\n"
-            f"vllm:num_requests_running{labels} {float(self.running)}\n"
-            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
-            "# TYPE vllm:num_requests_waiting gauge\n"
-            f"vllm:num_requests_waiting{labels} 0.0\n"
-            "# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
-            "# TYPE vllm:generation_tokens_total counter\n"
-            f"vllm:generation_tokens_total{labels} {float(self.tokens)}\n"
+            family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+                   lambda core: core.running)
+            + family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+                     lambda core: 0)
+            + family("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+                     lambda core: core.tokens)
         )
         return web.Response(text=text, content_type="text/plain")
 
@@ -339,6 +374,7 @@ async def main() -> None:
     parser.add_argument("--shutdown-timeout", type=float, default=None)
     parser.add_argument("--headless", action="store_true")
     parser.add_argument("--data-parallel-start-rank", type=int, default=None)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     parser.add_argument("--data-parallel-address", default=None)
     args, _unknown = parser.parse_known_args(argv)
     if log := os.environ.get("FAKE_ENGINE_LAUNCH_LOG"):

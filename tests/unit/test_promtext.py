@@ -10,7 +10,7 @@ import pytest
 
 from ascend_runtime.config import EngineConfig
 from ascend_runtime.health.hang import parse_engine_metrics
-from ascend_runtime.promtext import MetricsTextError, sample_values, total
+from ascend_runtime.promtext import MetricsTextError, sample_values, total, values_by_labels
 from ascend_runtime.state import StateStore
 from ascend_runtime.supervisor import Supervisor
 from ascend_runtime.versions import Versions
@@ -44,11 +44,25 @@ def test_malformed_text_is_one_error_type() -> None:
         sample_values("vllm:num_requests_running{ 1\n", ["vllm:num_requests_running"])
 
 
+def test_values_keyed_by_labels() -> None:
+    values = values_by_labels(EXPOSITION, ["vllm:num_requests_running", "absent"], ("model_name", "engine"))
+    assert values == {"vllm:num_requests_running": {('a "b" c', "0"): 2.0, ('a "b" c', "1"): 1.0}}
+    assert values_by_labels(EXPOSITION, ["vllm:num_requests_running"], ("pod",)) == {
+        "vllm:num_requests_running": {("",): 3.0}  # samples that share a key are summed
+    }
+    with pytest.raises(MetricsTextError, match="expected Prometheus text exposition"):
+        values_by_labels("vllm:num_requests_running{ 1\n", ["vllm:num_requests_running"], ("engine",))
+
+
 def test_hang_detector_and_loadgen_read_the_same_numbers() -> None:
-    counters = parse_engine_metrics(EXPOSITION)
+    engines = parse_engine_metrics(EXPOSITION)
     gauges = loadgen.parse_engine_gauges(EXPOSITION)
-    assert (counters.num_requests_running, counters.generation_tokens_total) == (3.0, 10.0)
-    assert (gauges.running, gauges.waiting) == (3.0, 4.0)
+    assert [(e.engine, c.num_requests_running, c.generation_tokens_total) for e, c in engines.items()] == [
+        ("0", 2.0, 10.0),
+        ("1", 1.0, 0.0),
+    ]
+    assert sum(c.num_requests_running for c in engines.values()) == gauges.running == 3.0
+    assert gauges.waiting == 4.0
 
 
 def test_the_drain_counts_running_and_waiting_over_every_engine() -> None:

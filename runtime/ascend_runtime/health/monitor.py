@@ -4,7 +4,8 @@ Wiring (done by the runtime): build a :class:`HealthMonitor` with the config's `
 section, the sources from :func:`ascend_runtime.memory.sources.select_sources` and the
 runtime's Prometheus registry; call :meth:`HealthMonitor.sample_memory` every
 ``health.leak.sample_interval_s`` (in an executor: sources may run ``npu-smi``), feed the engine's
-``/metrics`` text to :meth:`HealthMonitor.observe_engine_metrics`, call
+``/metrics`` text to :meth:`HealthMonitor.observe_engine_metrics` (each engine of a
+data-parallel API server is judged by itself), call
 :meth:`HealthMonitor.mark_baseline` when warmup is done and :meth:`HealthMonitor.reset` when the
 engine restarts. The liveness probe answers from :meth:`HealthMonitor.verdict`.
 
@@ -180,16 +181,14 @@ class HealthMonitor:
         """Feed the engine's /metrics text; returns None (and keeps the last verdict) if unusable."""
 
         try:
-            counters = parse_engine_metrics(text)
+            engines = parse_engine_metrics(text)
         except MetricsParseError as error:
             if self._engine_metrics_error != str(error):
                 log.warning("%s", error)
             self._engine_metrics_error = str(error)
             return None
         self._engine_metrics_error = None
-        result = self._hang.observe(
-            self._clock(), counters.num_requests_running, counters.generation_tokens_total
-        )
+        result = self._hang.observe(self._clock(), engines)
         self._g_hung.set(1 if result.hung or self._answers.assess(self._clock()).hung else 0)
         return result
 
@@ -230,6 +229,7 @@ class HealthMonitor:
                 "unanswered_for_s": None if silent.stalled_for_s is None else round(silent.stalled_for_s, 1),
                 "last_problem": self._answers.problem,
                 "metrics_error": self._engine_metrics_error,
+                "engines": [progress.to_json(key) for key, progress in self._hang.engines().items()],
             },
         }
         return HealthVerdict(healthy=not reasons, reasons=reasons, details=details)
