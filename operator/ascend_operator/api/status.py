@@ -17,6 +17,11 @@ class _Status(BaseModel):
 
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
+    def wire(self) -> dict[str, Any]:
+        """The camelCase JSON the operator writes: the fields it set, without the ``None`` ones (a
+        field left at its default, such as an empty ``warnings`` list, is not written)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
+
 
 class Phase(str, enum.Enum):
     """The resource's phase, aggregated from its pods' runtime phases."""
