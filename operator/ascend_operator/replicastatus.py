@@ -53,12 +53,12 @@ _RUNTIME_TO_PHASE = {
 }
 
 #: Start-up phases from least to most advanced (the aggregate shows the slowest pod).
-STARTUP_ORDER = (Phase.PENDING, Phase.LOADING, Phase.CAPTURING_GRAPHS, Phase.WARMING_UP, Phase.READY)
+_STARTUP_ORDER = (Phase.PENDING, Phase.LOADING, Phase.CAPTURING_GRAPHS, Phase.WARMING_UP, Phase.READY)
 
 
 @dataclass(frozen=True)
 class Replica:
-    """One pod as the status sees it."""
+    """One pod, or one LeaderWorkerSet group (a multi-node replica), as the status sees it."""
 
     name: str
     phase: Phase
@@ -173,7 +173,7 @@ def pod_replicas(observation: Observation) -> list[Replica]:
 
 
 def _startup_rank(phase: Phase) -> int:
-    return STARTUP_ORDER.index(phase) if phase in STARTUP_ORDER else 0
+    return _STARTUP_ORDER.index(phase) if phase in _STARTUP_ORDER else 0
 
 
 def _group_phase(members: list[Replica], missing: list[int], size: int) -> tuple[Phase, str]:
