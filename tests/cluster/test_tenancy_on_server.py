@@ -415,7 +415,7 @@ class Pipeline:
         self.namespace = namespace
         self.settings = policy()
         self.served = frozenset({KEDA_API_VERSION, CUSTOM_METRICS_APIS[0], "leaderworkerset.x-k8s.io/v1"})
-        self.kube = Kube(api_client, field_manager="ascend-llm-tests", state_timeout_s=1)
+        self.kube = Kube(api_client, field_manager="ascend-llm-tests")
         self.tally: Counter[str] = Counter()
         self.admission_messages: Counter[str] = Counter()
         self.operator_fields: Counter[str] = Counter()

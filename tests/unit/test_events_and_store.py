@@ -40,7 +40,7 @@ class Queue:
 
 def context() -> tuple[OperatorContext, Queue]:
     queue = Queue()
-    ctx = OperatorContext(settings=None, kube=None, store=ResourceStore(), queue=queue)  # type: ignore[arg-type]
+    ctx = OperatorContext(settings=None, kube=None, pods=None, store=ResourceStore(), queue=queue)  # type: ignore[arg-type]
     return ctx, queue
 
 

@@ -31,6 +31,12 @@ CHAT = {"name": "chat", "source": {"modelScope": {"id": "org/chat-lora"}}}
 ON_CLAIM = {"name": "claim", "source": {"pvc": {"claimName": "adapters", "subPath": "claim"}}}
 
 
+def lora_wire(*args: Any) -> dict[str, Any] | None:
+    """``status.lora`` as written (camelCase JSON), or None while LoRA is off."""
+    status = lora_status(*args)
+    return status.wire() if status is not None else None
+
+
 def spec(*adapters: dict[str, Any], model: dict[str, Any] | None = None) -> dict[str, Any]:
     base = model or {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}, "revision": "main", "cache": CACHE}
     return {"model": base, "platform": "CPU", "lora": {"adapters": list(adapters)}}
@@ -189,7 +195,7 @@ SPEC = parse_spec(spec(ON_CLAIM, SQL, SQL_TOO))
 
 def test_status_shows_each_hub_adapters_download_until_complete() -> None:
     progress = FetchProgress(phase=FetchPhase.DOWNLOADING, bytes_done=3 * 2**29, bytes_total=2**31)
-    status = lora_status(SPEC, [], [download(FetchPhase.DOWNLOADING, message="pod x is downloading",
+    status = lora_wire(SPEC, [], [download(FetchPhase.DOWNLOADING, message="pod x is downloading",
                                              progress=progress)])
     assert status["adapters"][0] == {"name": "claim", "loaded": 0, "failed": 0}
     assert status["adapters"][1] == {"name": "sql", "loaded": 0, "failed": 0, "download": {
@@ -198,25 +204,25 @@ def test_status_shows_each_hub_adapters_download_until_complete() -> None:
         "bytesDone": 3 * 2**29, "bytesTotal": 2**31}}
     assert status["adapters"][2]["download"] == status["adapters"][1]["download"]
     AscendLLMDeploymentStatus.model_validate({"lora": status})  # declared, so the server keeps it
-    complete = lora_status(SPEC, [], [download(FetchPhase.COMPLETE)])
+    complete = lora_wire(SPEC, [], [download(FetchPhase.COMPLETE)])
     assert complete["adapters"][1]["download"] == {
         "source": "huggingface:org/sql-lora@refs/pr/1", "job": "demo-adapter-1234abcd", "phase": "Complete"}
 
 
 def test_a_failed_download_shows_its_reason_and_warns_once_per_failure() -> None:
-    failed = {"lora": lora_status(SPEC, [], [download(FetchPhase.FAILED, reason="NotFound",
+    failed = {"lora": lora_wire(SPEC, [], [download(FetchPhase.FAILED, reason="NotFound",
                                                       message="RepositoryNotFoundError: 404", retry_in_s=30.0)])}
     assert failed["lora"]["adapters"][1]["download"] == {
         "source": "huggingface:org/sql-lora@refs/pr/1", "job": "demo-adapter-1234abcd", "phase": "Failed",
         "reason": "NotFound",
         # No retry countdown: the status (and its Event) change only when the download does.
         "message": "downloading huggingface:org/sql-lora@refs/pr/1 failed (NotFound): RepositoryNotFoundError: 404"}
-    pending = {"lora": lora_status(SPEC, [], [download(FetchPhase.PENDING)])}
+    pending = {"lora": lora_wire(SPEC, [], [download(FetchPhase.PENDING)])}
     events = lora_events(pending, failed)
     assert [(kind, reason) for kind, reason, _ in events] == [("Warning", "AdapterDownloadFailed")] * 2
     assert events[0][2].startswith("adapter sql is not served: downloading huggingface:org/sql-lora@refs/pr/1 "
                                    "failed (NotFound)")
     assert lora_events(failed, copy.deepcopy(failed)) == []  # the same failure: no new Event
-    other = {"lora": lora_status(SPEC, [], [download(FetchPhase.FAILED, reason="Network", message="503")])}
+    other = {"lora": lora_wire(SPEC, [], [download(FetchPhase.FAILED, reason="Network", message="503")])}
     assert len(lora_events(failed, other)) == 2
 

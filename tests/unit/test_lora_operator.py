@@ -33,6 +33,12 @@ DEFAULTS = load_settings({})
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
 
+def lora_wire(*args: Any) -> dict[str, Any] | None:
+    """``status.lora`` as written (camelCase JSON), or None while LoRA is off."""
+    status = lora_status(*args)
+    return status.wire() if status is not None else None
+
+
 def adapter(name: str, claim: str = "adapters", sub_path: str | None = None) -> dict[str, Any]:
     pvc: dict[str, Any] = {"claimName": claim}
     if sub_path:
@@ -266,7 +272,7 @@ SPEC = parse_spec(lora_spec(adapter("sql"), adapter("chat"), adapter("new")))
 
 
 def test_status_counts_each_adapter_per_replica_with_the_first_error() -> None:
-    status = lora_status(SPEC, [
+    status = lora_wire(SPEC, [
         ("demo-a", state(loaded("sql"), failed("chat", "rank 64 > max 16"), loaded("gone"))),
         ("demo-b", state(loaded("sql"), loaded("chat"), AdapterStatus(name="new", state=AdapterPhase.LOADING))),
         ("demo-c", None),  # not readable: not counted
@@ -277,11 +283,11 @@ def test_status_counts_each_adapter_per_replica_with_the_first_error() -> None:
         {"name": "new", "loaded": 0, "failed": 0},
     ]}
     AscendLLMDeploymentStatus.model_validate({"lora": status})  # declared, so the server keeps it
-    assert lora_status(parse_spec({"model": HF}), [("demo-a", state())]) is None
+    assert lora_wire(parse_spec({"model": HF}), [("demo-a", state())]) is None
 
 
 def test_status_reports_a_file_the_runtime_cannot_use() -> None:
-    status = lora_status(SPEC, [("demo-a", state(error="adapters[1].name 'a' is also adapters[0].name"))])
+    status = lora_wire(SPEC, [("demo-a", state(error="adapters[1].name 'a' is also adapters[0].name"))])
     assert status["fileError"] == "demo-a: adapters[1].name 'a' is also adapters[0].name"
 
 
@@ -296,9 +302,9 @@ def test_compute_status_carries_lora_from_the_replicas_states() -> None:
 
 
 def test_a_warning_when_an_adapter_fails_on_every_replica_once() -> None:
-    some = {"lora": lora_status(SPEC, [("demo-a", state(failed("chat", "no such file"))),
+    some = {"lora": lora_wire(SPEC, [("demo-a", state(failed("chat", "no such file"))),
                                        ("demo-b", state(loaded("chat")))])}
-    every = {"lora": lora_status(SPEC, [("demo-a", state(failed("chat", "no such file"))),
+    every = {"lora": lora_wire(SPEC, [("demo-a", state(failed("chat", "no such file"))),
                                         ("demo-b", state(failed("chat", "no such file")))])}
     assert lora_events(None, some) == []
     events = lora_events(some, every)
@@ -310,7 +316,7 @@ def test_a_warning_when_an_adapter_fails_on_every_replica_once() -> None:
 
 
 def test_a_warning_for_a_new_file_error() -> None:
-    bad = {"lora": lora_status(SPEC, [("demo-a", state(error="not a mapping"))])}
+    bad = {"lora": lora_wire(SPEC, [("demo-a", state(error="not a mapping"))])}
     assert lora_events({}, bad) == [("Warning", "AdaptersFileInvalid",
                                      "the adapters file cannot be used, the last good set stays in force: "
                                      "demo-a: not a mapping")]

@@ -242,7 +242,7 @@ def test_the_plan_knows_which_way_the_cache_is_filled() -> None:
     assert plan({"hostPath": "/data/c"}).by_init_container
     assert not plan({"claimName": "c"}, {"pvc": {"claimName": "w"}}).by_job
     assert fetch_job_name("qwen", plan({"claimName": "c"})).startswith("qwen-fetch-")
-    assert cache_status(observation(FetchPhase.PENDING))["phase"] == "Pending"
+    assert cache_status(observation(FetchPhase.PENDING)).phase == "Pending"
 
 
 def test_render_prints_the_claim_and_the_fetch_job() -> None:

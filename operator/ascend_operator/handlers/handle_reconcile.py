@@ -12,7 +12,7 @@ only differences:
    autoscaler (``choose_autoscaler``), says whether a multi-node spec can have its
    LeaderWorkerSet (``lws_missing``) and whether ``spec.routing`` can have its pool and route
    (``routing_missing``: when not, no routing child is made, and the Routing condition says why);
-3. read the hub LoRA adapters' fetch Jobs from the watches (``handle_cache.observe_adapters``):
+3. read the hub LoRA adapters' fetch Jobs from the watches (``handle_modelcache.observe_adapters``):
    an adapter enters the adapters ConfigMap once its Job has completed (or while the live
    ConfigMap already lists it at the same path);
 4. unless the pass memo (:mod:`ascend_operator.passmemo`) shows that neither the build's inputs
@@ -31,7 +31,7 @@ only differences:
 
 The next run is due after ``progress_poll_interval_s`` while a replica starts or the model or
 a hub adapter downloads (neither shows in API objects), else after ``resync_interval_s``, or
-sooner when a failed fetch Job's retry is due (``handle_cache``).
+sooner when a failed fetch Job's retry is due (``handle_modelcache``).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ from ascend_operator.builders import (
 from ascend_operator.builders.modelcache import CachePlan, fetch_job_name, plan_adapter_fetches, plan_cache
 from ascend_operator.builders.routing import RoutingNames, resolve_gateway, routing_enabled
 from ascend_operator.cachestatus import AdapterDownload, CacheObservation
-from ascend_operator.handlers import OperatorContext, handle_cache
+from ascend_operator.handlers import OperatorContext, handle_modelcache
 from ascend_operator.k8s import (
     CHILD_KINDS,
     CONFIGMAP,
@@ -245,7 +245,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     label = label_value(name)
     plan = plan_cache(name, spec, ctx.settings)
     # The hub adapters' downloads before the build: a completed one puts its adapters in the ConfigMap.
-    downloads = await handle_cache.observe_adapters(ctx, name, namespace, label, fetches, now)
+    downloads = await handle_modelcache.observe_adapters(ctx, name, namespace, label, fetches, now)
     names = ChildNames.for_resource(name)
     observed = replace(
         _remembered(previous),
@@ -281,8 +281,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     cache, refused = found.cache, found.refused
     if plan is not None and cache is None:  # no Job, or the pass stopped before it
         job = ctx.cache.get(JOB.kind, namespace, fetch_job_name(name, plan), label) if plan.by_job else None
-        cache = await handle_cache.observe(ctx, name, namespace, label, plan, job, pods, now)
-    states = await ctx.kube.read_states(namespace, pods)
+        cache = await handle_modelcache.observe(ctx, name, namespace, label, plan, job, pods, now)
+    states = await ctx.pods.read_states(namespace, pods)
     observation = Observation(
         name=name,
         generation=generation,
@@ -339,7 +339,7 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
             continue
         try:
             if child is children.cache_claim:  # not watched: ensure_claim reads it
-                result = await handle_cache.ensure_claim(ctx, body, children, label)
+                result = await handle_modelcache.ensure_claim(ctx, body, children, label)
                 assert result is not None
             else:
                 known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
@@ -367,7 +367,7 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
         if result.kind == workload_kind:
             found.workload = result.live
         if child is children.fetch_job and plan is not None:
-            found.cache = await handle_cache.observe(ctx, name, namespace, label, plan, result.live, pods, now)
+            found.cache = await handle_modelcache.observe(ctx, name, namespace, label, plan, result.live, pods, now)
 
     if found.refused is None:
         for kind in CHILD_KINDS:

@@ -22,6 +22,7 @@ from ascend_operator.api import GROUP
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_events, handle_reconcile
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
 from ascend_operator.leader import LeaderElector, LeaseTiming, own_namespace
+from ascend_operator.podreads import PodReader
 from ascend_operator.reflector import Reflector, Reflectors, ReflectorTiming, scopes
 from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
@@ -129,12 +130,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
 
     # One pooled connection per worker thread: no request waits for, or discards, a connection.
     workers = ops.max_concurrent_reconciles * 2
+    kube = Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify,
+                        pool_size=workers),
+                field_manager=ops.field_manager, workers=workers)
     ctx = OperatorContext(
-        settings=ops,
-        kube=Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify,
-                          pool_size=workers),
-                  field_manager=ops.field_manager, state_timeout_s=ops.status_read_timeout_s,
-                  state_via_proxy=ops.state_read_mode() == StateRead.PROXY, workers=workers),
+        settings=ops, kube=kube,
+        pods=PodReader(kube, timeout_s=ops.status_read_timeout_s,
+                       via_proxy=ops.state_read_mode() == StateRead.PROXY),
     )
     ctx.queue = WorkQueue(
         lambda key: handle_reconcile.reconcile_key(ctx, key),

@@ -109,7 +109,7 @@ async def _observe_job(ctx: OperatorContext, name: str, namespace: str, label: s
     progress = None
     retry_in = None
     if state.phase == FetchPhase.DOWNLOADING and (pod := running_pod(pods)) is not None:
-        progress = await ctx.kube.read_progress(namespace, pod)
+        progress = await ctx.pods.read_progress(namespace, pod)
     elif state.phase == FetchPhase.FAILED and state.failed_at is not None:
         waited = (now - state.failed_at).total_seconds()
         retry_in = max(0.0, ctx.settings.fetch_retry_interval_s - waited)
