@@ -74,13 +74,33 @@ class SpecRule:
         return entry
 
 
+@dataclass(frozen=True)
+class TransitionRule:
+    """A rule on a change: the API server checks it on updates (CEL with ``oldSelf``, evaluated
+    only where the node existed before); ``holds(old, new)`` is the same predicate in Python.
+    For what the server would refuse later on a child (an immutable field of a claim)."""
+
+    cel: str
+    message: str
+    field_path: str
+    holds: Callable[[Any, Any], bool]
+
+    def as_validation(self) -> dict[str, str]:
+        entry = {"rule": self.cel, "message": self.message}
+        if self.field_path:
+            entry["fieldPath"] = self.field_path
+        return entry
+
+
 #: Filled in below, after the classes; keyed by the model class the rules sit on.
 SPEC_RULES: dict[type[BaseModel], tuple[SpecRule, ...]] = {}
+#: The same for rules on a change (``oldSelf``).
+TRANSITION_RULES: dict[type[BaseModel], tuple[TransitionRule, ...]] = {}
 
 
 def _schema_extra(schema: dict[str, Any], cls: type[BaseModel]) -> None:
     """Attach the class's CEL rules to its JSON Schema (read by crdgen)."""
-    rules = SPEC_RULES.get(cls, ())
+    rules = [*SPEC_RULES.get(cls, ()), *TRANSITION_RULES.get(cls, ())]
     if rules:
         schema["x-kubernetes-validations"] = [rule.as_validation() for rule in rules]
 

@@ -128,8 +128,9 @@ class ModelCacheSpec(SpecModel):
             None,
             description=(
                 "A directory on each node, for clusters without ReadWriteMany storage: every node "
-                "downloads once (an init container of the serving pods). Allowed only under a prefix the "
-                "administrator lists (operator setting HOST_PATH_PREFIXES)."
+                "downloads once (an init container of the serving pods). Allowed only under a node cache "
+                "prefix the administrator lists (operator setting CACHE_HOST_PATH_PREFIXES); absolute and "
+                "normalised (no '.' or '..' segment)."
             ),
         )
     )

@@ -14,12 +14,14 @@ from ascend_operator.api.base import (
     DEFAULT_NODES_PER_REPLICA,
     DEFAULT_NPUS_PER_REPLICA,
     SPEC_RULES,
+    TRANSITION_RULES,
     AutoscalerProvider,
     AutoscalingSignal,
     DistributedBackend,
     Dtype,
     Platform,
     SpecRule,
+    TransitionRule,
 )
 from ascend_operator.api.features import (
     AdapterHostPathSource,
@@ -30,7 +32,15 @@ from ascend_operator.api.features import (
     LoraSpec,
     ScaleToZeroSpec,
 )
-from ascend_operator.api.model import REVISION_RULE, EnvValueSource, HostPathSource, ModelCacheSpec, ModelSpec
+from ascend_operator.api.model import (
+    REVISION_RULE,
+    CacheAccessMode,
+    CacheClaimSpec,
+    EnvValueSource,
+    HostPathSource,
+    ModelCacheSpec,
+    ModelSpec,
+)
 from ascend_operator.api.replica import EngineSpec, GraphSpec, Toleration
 from ascend_operator.api.spec import AscendLLMDeploymentSpec, display_model
 from ascend_operator.reserved import RESERVED_ENV, RESERVED_FLAGS, ReservedEnv, ReservedFlag
@@ -172,6 +182,15 @@ SPEC_RULES.update(
                 message="set exactly one of create, claimName and hostPath",
                 field_path="",
                 holds=lambda c: sum(v is not None for v in (c.create, c.claim_name, c.host_path)) == 1,
+            ),
+            SpecRule(
+                cel="!has(self.hostPath) || !self.hostPath.matches('/\\\\.\\\\.?(/|$)')",
+                message=(
+                    "hostPath must be normalised: no '.' or '..' segment; write the directory itself, for "
+                    "example /data/llm-cache"
+                ),
+                field_path=".hostPath",
+                holds=lambda c: c.host_path is None or re.search(r"/\.\.?(/|$)", c.host_path) is None,
             ),
         ),
         ModelSpec: (
@@ -450,6 +469,40 @@ SPEC_RULES.update(
                 field_path=".lora.adapters",
                 holds=lambda s: s.lora is None or not any(a.source.hub() for a in s.lora.adapters) or (
                     s.model.cache is not None and s.model.cache.host_path is None),
+            ),
+        ),
+    }
+)
+
+
+def _claim_class(claim: CacheClaimSpec) -> str:
+    return claim.storage_class_name or ""
+
+
+#: A claim's storage class and access modes cannot change once it exists (the API server refuses
+#: the claim's update), so a change is refused on the resource, naming the field.
+TRANSITION_RULES.update(
+    {
+        CacheClaimSpec: (
+            TransitionRule(
+                cel="(has(self.storageClassName) ? self.storageClassName : '') == "
+                "(has(oldSelf.storageClassName) ? oldSelf.storageClassName : '')",
+                message=(
+                    "storageClassName of the cache claim cannot change (a claim's class is fixed); keep it, or "
+                    "remove spec.model.cache.create, delete the claim <name>-model-cache, then add it back"
+                ),
+                field_path=".storageClassName",
+                holds=lambda old, new: _claim_class(old) == _claim_class(new),
+            ),
+            TransitionRule(
+                cel=f"(has(self.accessMode) ? self.accessMode : '{CacheAccessMode.READ_WRITE_MANY.value}') == "
+                f"(has(oldSelf.accessMode) ? oldSelf.accessMode : '{CacheAccessMode.READ_WRITE_MANY.value}')",
+                message=(
+                    "accessMode of the cache claim cannot change (a claim's access modes are fixed); keep it, or "
+                    "remove spec.model.cache.create, delete the claim <name>-model-cache, then add it back"
+                ),
+                field_path=".accessMode",
+                holds=lambda old, new: old.access_mode == new.access_mode,
             ),
         ),
     }
