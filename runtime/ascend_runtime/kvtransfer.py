@@ -486,10 +486,12 @@ def _cpu_pd(
             "kv_role": _role_name(inputs.role),
             "kv_connector_extra_config": {"shared_storage_path": inputs.shared_storage_path},
         }, None
-    # NIXL: both ends are kv_both; the decode side pulls from the address the prefill response names.
+    # NIXL: the decode side pulls from the address the prefill response names. vLLM 0.32 warns that
+    # kv_both with NixlConnector is deprecated: producer and consumer, as on Ascend.
     pod_ip.append("VLLM_NIXL_SIDE_CHANNEL_HOST")
     env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(inputs.side_channel_port)
-    config: dict[str, Any] = {"kv_connector": connector.value, "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    config: dict[str, Any] = {"kv_connector": connector.value, "kv_role": _role_name(inputs.role),
+                              "kv_buffer_device": "cpu"}
     if inputs.engine_id:
         config["engine_id"] = inputs.engine_id
     span = inputs.parallel.data * inputs.parallel.tensor
@@ -511,3 +513,43 @@ def _offload(inputs: KvTransferInputs) -> dict[str, Any]:
             "spec_module_path": spec_module,
         },
     }
+
+
+# --------------------------------------------------------------------------------------------
+# The client's half of the two-step protocol (what a router's sidecar does; a client without one)
+# --------------------------------------------------------------------------------------------
+
+#: The prefill leg's params, as vllm-ascend's proxy example sends them (docs/kv-transfer.md).
+PREFILL_KV_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+
+def prefill_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The prefill leg of an OpenAI request: KV kept for a remote decode, one token, no stream."""
+    out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    out["kv_transfer_params"] = dict(PREFILL_KV_PARAMS)
+    out["max_tokens"] = 1
+    if "max_completion_tokens" in out:
+        out["max_completion_tokens"] = 1
+    return out
+
+
+def decode_request(body: dict[str, Any], prefill_response: dict[str, Any]) -> dict[str, Any]:
+    """The decode leg: the original request plus the prefill response's ``kv_transfer_params``.
+
+    Raises ``ValueError`` when the prefill engine returned none (its connector kept no KV for
+    this request, e.g. it is not a producer): the decode engine would silently prefill again.
+    """
+    params = prefill_response.get("kv_transfer_params")
+    if not params:
+        raise ValueError(
+            "the prefill response has no kv_transfer_params: the prefill engine kept no KV for a remote decode; "
+            "check that it runs with kv_role kv_producer and a connector that supports the protocol (NIXL, Mooncake)"
+        )
+    return {**body, "kv_transfer_params": params}

@@ -226,10 +226,11 @@ def test_geometry_from_a_hugging_face_config():
 
 # --- CPU ---------------------------------------------------------------------------------------------
 
-def test_cpu_nixl_is_kv_both_on_cpu_buffers_with_its_side_channel():
+def test_cpu_nixl_is_producer_or_consumer_on_cpu_buffers_with_its_side_channel():
     inputs = KvTransferInputs(platform=KvPlatform.CPU, role=PdRole.DECODE, peer=Parallelism(), side_channel_port=5601)
     plan = render_kv_transfer(inputs)
-    assert plan.kv_transfer_config == {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
+    assert plan.kv_transfer_config == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer",
+                                       "kv_buffer_device": "cpu"}
     assert plan.env == {"VLLM_NIXL_SIDE_CHANNEL_PORT": "5601"}
     assert plan.env_from_pod_ip == ("VLLM_NIXL_SIDE_CHANNEL_HOST",)
     assert plan.mounts == ()
@@ -268,3 +269,20 @@ def test_the_renderer_imports_only_the_standard_library_and_packaging():
     roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert roots - set(sys.stdlib_module_names) == {"packaging"}
+
+
+def test_the_two_step_protocol_bodies():
+    from ascend_runtime.kvtransfer import decode_request, prefill_request
+
+    body = {"model": "m", "prompt": "hello", "max_tokens": 32, "stream": True, "temperature": 0}
+    first = prefill_request(body)
+    assert first["max_tokens"] == 1 and "stream" not in first
+    assert first["kv_transfer_params"]["do_remote_decode"] is True
+    assert first["kv_transfer_params"]["do_remote_prefill"] is False
+    assert body["max_tokens"] == 32 and "kv_transfer_params" not in body  # the caller's body is untouched
+    params = {"do_remote_prefill": True, "remote_engine_id": "p", "remote_block_ids": [1, 2],
+              "remote_host": "10.0.0.1", "remote_port": 5600}
+    second = decode_request(body, {"choices": [], "kv_transfer_params": params})
+    assert second == {**body, "kv_transfer_params": params}
+    with pytest.raises(ValueError, match="kv_producer"):
+        decode_request(body, {"choices": [], "kv_transfer_params": None})
