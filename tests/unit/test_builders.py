@@ -24,7 +24,7 @@ from ascend_operator.builders import (
     SPEC_HASH_ANNOTATION,
     BuildMeta,
     Children,
-    Observed,
+    Remembered,
     build_children,
     remembered_mode_key,
     selector_string,
@@ -43,9 +43,9 @@ def render(
     spec: dict[str, Any],
     name: str = "demo",
     settings: OperatorSettings = DEFAULTS,
-    observed: Observed | None = None,
+    remembered: Remembered | None = None,
 ) -> Children:
-    children = build_children(BuildMeta(name, "llm"), parse_spec(spec), settings, observed)
+    children = build_children(BuildMeta(name, "llm"), parse_spec(spec), settings, remembered)
     for obj in children.objects():
         kubernetes_validate.validate(obj, "1.30", strict=True)
     return children
@@ -251,8 +251,8 @@ def test_remembered_mode_is_used_only_while_its_key_matches() -> None:
     spec = {"model": HF, "npu": {"perReplica": 2}, "parallelism": {"tensor": 2}}
     image = DEFAULTS.runtime_image(parse_spec(spec).npu.chip)
     key = remembered_mode_key(parse_spec(spec), image)
-    remembered = Observed(remembered_mode=GraphMode.PIECEWISE, remembered_for=key)
-    children = render(spec, observed=remembered)
+    remembered = Remembered(remembered_mode=GraphMode.PIECEWISE, remembered_for=key)
+    children = render(spec, remembered=remembered)
     assert children.remembered_key == key
     assert children.engine_config.graph.start_mode is GraphMode.PIECEWISE
     # A new image, revision or parallelism invalidates it.
@@ -261,14 +261,14 @@ def test_remembered_mode_is_used_only_while_its_key_matches() -> None:
         {**spec, "model": {**HF, "revision": "main"}},
         {**spec, "parallelism": {"pipeline": 2}},
     ):
-        assert render(changed, observed=remembered).engine_config.graph.start_mode is None
+        assert render(changed, remembered=remembered).engine_config.graph.start_mode is None
     assert render(spec).engine_config.graph.start_mode is None
 
 
 def test_the_retry_annotation_lets_new_pods_try_the_top_of_the_ladder_again() -> None:
     spec = {"model": HF}
     image = DEFAULTS.runtime_image(parse_spec(spec).npu.chip)
-    remembered = Observed(remembered_mode=GraphMode.EAGER, remembered_for=remembered_mode_key(parse_spec(spec), image))
+    remembered = Remembered(remembered_mode=GraphMode.EAGER, remembered_for=remembered_mode_key(parse_spec(spec), image))
 
     def start_mode(annotations: dict[str, str]) -> GraphMode | None:
         meta = BuildMeta("demo", "llm", annotations=annotations)
@@ -278,7 +278,7 @@ def test_the_retry_annotation_lets_new_pods_try_the_top_of_the_ladder_again() ->
     assert start_mode({"unrelated.io/x": "1"}) is GraphMode.EAGER
     assert start_mode({RETRY_GRAPH_ANNOTATION: "2026-12-01"}) is None  # a new key: the remembered mode is dropped
     retried_key = remembered_mode_key(parse_spec(spec), image, "2026-12-01")
-    again = Observed(remembered_mode=GraphMode.EAGER, remembered_for=retried_key)  # remembered anew under it
+    again = Remembered(remembered_mode=GraphMode.EAGER, remembered_for=retried_key)  # remembered anew under it
     meta = BuildMeta("demo", "llm", annotations={RETRY_GRAPH_ANNOTATION: "2026-12-01"})
     assert build_children(meta, parse_spec(spec), DEFAULTS, again).engine_config.graph.start_mode is GraphMode.EAGER
 

@@ -51,7 +51,7 @@ from ascend_operator.api import (
     display_model,
 )
 from ascend_operator.builders.common import content_hash
-from ascend_operator.builders.modelcache import CACHE_DIR, plan_cache
+from ascend_operator.builders.modelcache import CACHE_DIR, CachePlan
 from ascend_operator.settings import OperatorSettings
 
 #: Where a PVC or hostPath model is mounted in the pod.
@@ -188,10 +188,14 @@ def build_engine_config(
     name: str,
     spec: AscendLLMDeploymentSpec,
     settings: OperatorSettings,
-    remembered_mode: GraphMode | None,
+    *,
     image: str,
+    cache_plan: CachePlan | None,
+    start_mode: GraphMode | None = None,
 ) -> EngineConfig:
-    """The engine config for resource ``name``; ``remembered_mode`` becomes ``graph.startMode``."""
+    """The engine config for resource ``name`` (``cache_plan``: what
+    :func:`ascend_operator.builders.modelcache.plan_cache` made of the spec);
+    ``start_mode`` (a remembered working mode) becomes ``graph.startMode``."""
     cpu = spec.platform == Platform.CPU
     engine = spec.engine
     # Sorted, so the order a user wrote a map in never changes the ConfigMap (and rolls pods).
@@ -218,7 +222,7 @@ def build_engine_config(
         {"policy": spec.graph.policy, "fallback": spec.graph.fallback},
         capture_sizes=spec.graph.capture_sizes,
         max_capture_size=spec.graph.max_capture_size,
-        start_mode=remembered_mode,
+        start_mode=start_mode,
     )
     ascend: dict[str, Any] = {"chip": None if cpu else spec.npu.chip}
     if spec.ascend is not None:
@@ -279,14 +283,14 @@ def build_engine_config(
             {"enabled": True, "max_rank": spec.lora.max_rank, "max_loras": spec.lora.max_loras},
             max_cpu_loras=spec.lora.max_cpu_loras,
         )
-    plan = plan_cache(name, spec, settings)
-    snapshot = plan.model_path if plan is not None else None
+    snapshot = cache_plan.model_path if cache_plan is not None else None
+    compile_cache = cache_plan is not None and cache_plan.cache.compile_cache
     return EngineConfig.model_validate(
         {
             "schema_version": SCHEMA_VERSION,
             **({"distributed": distributed} if distributed else {}),
             **({"lora": lora} if lora else {}),
-            **({"compile_cache": {"root": CACHE_DIR}} if plan is not None and plan.cache.compile_cache else {}),
+            **({"compile_cache": {"root": CACHE_DIR}} if compile_cache else {}),
             "name": name,
             "image": image,
             "model": _set(
@@ -297,7 +301,7 @@ def build_engine_config(
                 },
                 # The snapshot on the cache is that revision already.
                 revision=None if snapshot else spec.model.revision,
-                cache_marker=plan.marker if plan is not None else None,
+                cache_marker=cache_plan.marker if cache_plan is not None else None,
             ),
             "engine": engine_options,
             "graph": graph,
