@@ -1534,7 +1534,7 @@ EXPECTED_SMALL_310P = {
                 "app.kubernetes.io/part-of": "ascend-llm",
                 "llm.ascend.dev/deployment": "qwen-small-310p",
             },
-            "annotations": {"llm.ascend.dev/spec-hash": "15904179e1daea9f"},
+            "annotations": {"llm.ascend.dev/spec-hash": "b61f8c1db74729a3"},
         },
         "spec": {
             "replicas": 2,
@@ -1547,7 +1547,7 @@ EXPECTED_SMALL_310P = {
             },
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 3096,
+            "progressDeadlineSeconds": 2484,
             "template": {
                 "metadata": {
                     "labels": {
@@ -1602,7 +1602,7 @@ EXPECTED_SMALL_310P = {
                                 "httpGet": {"path": "/startup", "port": "runtime"},
                                 "periodSeconds": 10,
                                 "timeoutSeconds": 5,
-                                "failureThreshold": 250,
+                                "failureThreshold": 189,
                             },
                             "readinessProbe": {
                                 "httpGet": {"path": "/ready", "port": "runtime"},

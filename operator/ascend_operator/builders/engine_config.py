@@ -12,9 +12,10 @@ Start-up budget (documented formula, all numbers from :class:`OperatorSettings`)
     capture = 0 (eager) | capture_s_piecewise (piecewise) | capture_s_full (auto and FULL modes)
               + static_kernel_s when ascend.enableStaticKernel
     attempt = load + capture                    -> EngineConfig.runtime.ready_timeout_s
-    rungs   = 1 without graph.fallback or with policy eager; else 2 for piecewise, CPU and 310P
-              (PIECEWISE or FULL_DECODE_ONLY -> EAGER) and 3 for the rest (FULL_AND_PIECEWISE or
-              FULL_DECODE_ONLY -> PIECEWISE -> EAGER)
+    rungs   = the longest ladder the runtime may climb for the policy on the chip, any supported
+              version (ascend_runtime.ladder.longest_ladder): 1 without graph.fallback, with policy
+              eager, with LoRA on CPU and for policies 310P cannot capture; 2 for piecewise, CPU and
+              310P (FULL_DECODE_ONLY -> EAGER); 3 for the rest (-> PIECEWISE -> EAGER)
     total   = preflight + attempt * rungs + (rungs - 1) * deviceFreeWaitS + warmup timeout
               (preflight = attempt where it runs, on NPUs; deviceFreeWaitS on NPUs only;
               warmup when enabled)             -> startupProbe failureThreshold * periodSeconds
@@ -42,6 +43,7 @@ from ascend_runtime.config import (
     RuntimeOptions,
     WarmupConfig,
 )
+from ascend_runtime.ladder import longest_ladder
 
 from ascend_operator.api import (
     AscendLLMDeploymentSpec,
@@ -50,6 +52,7 @@ from ascend_operator.api import (
     Platform,
     display_model,
 )
+from ascend_operator.builders.adapters import lora_enabled
 from ascend_operator.builders.common import content_hash
 from ascend_operator.builders.modelcache import CACHE_DIR, CachePlan
 from ascend_operator.settings import OperatorSettings
@@ -110,15 +113,10 @@ def startup_budget(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) ->
 
 
 def ladder_length(spec: AscendLLMDeploymentSpec) -> int:
-    """The most rungs a start may climb down (the runtime's ladder for any supported version)."""
-    policy = spec.graph.policy
-    if not spec.graph.fallback or policy == GraphPolicy.EAGER:
-        return 1
-    if policy == GraphPolicy.PIECEWISE or spec.platform == Platform.CPU:
-        return 2  # PIECEWISE -> EAGER (CPU: torch.compile -> eager)
-    if spec.npu.chip.value == "310P":
-        return 2  # FULL_DECODE_ONLY -> EAGER
-    return 3
+    """The most rungs a start may climb down: the runtime's ladder for any supported version
+    (:func:`ascend_runtime.ladder.longest_ladder`)."""
+    chip = None if spec.platform == Platform.CPU else spec.npu.chip
+    return longest_ladder(spec.graph.policy, spec.graph.fallback, chip, lora_enabled(spec))
 
 
 def model_path(spec: AscendLLMDeploymentSpec) -> str:
