@@ -1,8 +1,8 @@
 """The pure builders: spec + operator settings -> ConfigMap (engine config), Deployment, Service
 and PodDisruptionBudget.
 
-Complete expected manifests (golden dict literals, kubespawner style, at the end of this module)
-for each example, which between them cover every chip preset (910B, A3, 310P) and the CPU
+Complete expected manifests (golden dict literals, kubespawner style, at the end of this module;
+the engine configs from :func:`golden.engine_config_dict`) for each example, which between them cover every chip preset (910B, A3, 310P) and the CPU
 platform; then focused tests for what the examples do not vary: per-chip defaults, driver host
 mounts, hub tokens, the remembered graph mode, the start-up budget formula, grace periods, name
 limits and the spec-hash annotation. Every manifest is also checked with kubernetes_validate.
@@ -33,6 +33,7 @@ from ascend_operator.builders import (
 from ascend_operator.names import is_dns1035_label
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig, GraphMode
+from golden import ABSENT, engine_config_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}
@@ -661,68 +662,24 @@ EXPECTED_A3_DEPLOYMENT = {
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "qwen3-30b-a3",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-        "model": {"path": "/mnt/model", "servedName": "qwen3-30b-a3b", "trustRemoteCode": False},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="qwen3-30b-a3",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+        served_name="qwen3-30b-a3b",
+        ready_timeout_s=602,
+        engine={
             "maxModelLen": 32768,
             "enablePrefixCaching": True,
-            "parallel": {"tensor": 4, "pipeline": 1, "data": 1, "expert": True},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 4, "expert": True},
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "captureSizes": [1, 2, 4, 8, 16, 32, 64],
-            "maxCaptureSize": 64,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {
+        graph={"captureSizes": [1, 2, 4, 8, 16, 32, 64], "maxCaptureSize": 64},
+        ascend={
             "chip": "A3",
             "multistreamOverlapSharedExpert": True,
             "additionalConfig": {"enable_shared_expert_dp": False},
         },
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [16, 256, 1024],
-            "concurrency": [1, 4, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 256.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 600,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 602,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        health={"leak": {"deviceGrowthMbPerHour": 256.0}, "hangTimeoutS": 600},
+    ),
 }
 
 EXPECTED_CPU_TINY = {
@@ -918,63 +875,21 @@ EXPECTED_CPU_TINY = {
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "cpu-tiny",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
-        "model": {"path": "/mnt/model", "servedName": "tiny", "trustRemoteCode": False},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="cpu-tiny",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
+        served_name="tiny",
+        ready_timeout_s=481,
+        engine={
             "maxModelLen": 512,
             "maxNumSeqs": 4,
             "dtype": "float32",
-            "parallel": {"tensor": 1, "pipeline": 1, "data": 1, "expert": False},
-            "extraArgs": [],
             "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-            "shutdownTimeoutS": 30,
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [8, 64],
-            "concurrency": [1, 4],
-            "maxTokens": 4,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 481,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": False,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        ascend={"chip": ABSENT},
+        warmup={"promptLengths": [8, 64], "concurrency": [1, 4], "maxTokens": 4},
+        runtime={"preflight": False},
+    ),
 }
 
 EXPECTED_DEEPSEEK_MOE_EP = {
@@ -1185,68 +1100,22 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "deepseek-v2-lite",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-        "model": {
-            "path": "deepseek-ai/DeepSeek-V2-Lite-Chat",
-            "servedName": "deepseek-ai/DeepSeek-V2-Lite-Chat",
-            "trustRemoteCode": True,
-        },
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="deepseek-v2-lite",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        served_name="deepseek-ai/DeepSeek-V2-Lite-Chat",
+        ready_timeout_s=864,
+        model={"path": "deepseek-ai/DeepSeek-V2-Lite-Chat", "trustRemoteCode": True},
+        engine={
             "maxModelLen": 16384,
             "maxNumSeqs": 128,
             "gpuMemoryUtilization": 0.9,
             "enablePrefixCaching": True,
-            "parallel": {"tensor": 4, "pipeline": 1, "data": 2, "expert": True},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 4, "data": 2, "expert": True},
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "910B", "multistreamOverlapSharedExpert": True, "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [64, 1024, 8192],
-            "concurrency": [1, 32, 128],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 864,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        ascend={"multistreamOverlapSharedExpert": True},
+        warmup={"promptLengths": [64, 1024, 8192], "concurrency": [1, 32, 128]},
+    ),
 }
 
 EXPECTED_QWEN72B_910B_TP8 = {
@@ -1458,65 +1327,22 @@ EXPECTED_QWEN72B_910B_TP8 = {
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "qwen72b",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-        "model": {"path": "/mnt/model", "servedName": "qwen2.5-72b-instruct", "trustRemoteCode": False},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="qwen72b",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        served_name="qwen2.5-72b-instruct",
+        ready_timeout_s=752,
+        engine={
             "maxModelLen": 32768,
             "maxNumSeqs": 64,
             "gpuMemoryUtilization": 0.9,
             "enablePrefixCaching": True,
             "dtype": "bfloat16",
-            "parallel": {"tensor": 8, "pipeline": 1, "data": 1, "expert": False},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 8},
         },
-        "graph": {
-            "policy": "full_and_piecewise",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "910B", "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [128, 2048, 16384],
-            "concurrency": [1, 16, 64],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 1200,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 752,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        graph={"policy": "full_and_piecewise"},
+        warmup={"promptLengths": [128, 2048, 16384], "concurrency": [1, 16, 64], "timeoutS": 1200},
+    ),
 }
 
 EXPECTED_SMALL_310P = {
@@ -1727,67 +1553,16 @@ EXPECTED_SMALL_310P = {
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "qwen-small-310p",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
-        "model": {
-            "path": "Qwen/Qwen2.5-3B-Instruct",
-            "servedName": "qwen2.5-3b-instruct",
-            "trustRemoteCode": False,
-        },
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
-            "maxModelLen": 8192,
-            "maxNumSeqs": 16,
-            "dtype": "float16",
-            "parallel": {"tensor": 1, "pipeline": 1, "data": 1, "expert": False},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
-        },
-        "graph": {
-            "policy": "piecewise",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "310P", "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [16, 256, 1024],
-            "concurrency": [1, 4, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 492,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+    "engine_config": engine_config_dict(
+        name="qwen-small-310p",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
+        served_name="qwen2.5-3b-instruct",
+        ready_timeout_s=492,
+        model={"path": "Qwen/Qwen2.5-3B-Instruct"},
+        engine={"maxModelLen": 8192, "maxNumSeqs": 16, "dtype": "float16"},
+        graph={"policy": "piecewise"},
+        ascend={"chip": "310P"},
+    ),
 }
 
 

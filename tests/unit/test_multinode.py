@@ -28,6 +28,7 @@ from ascend_operator.builders import (
 )
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig
+from golden import engine_config_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = load_settings({})
@@ -644,74 +645,31 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         },
         "data": {},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "deepseek-v3",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-        "model": {"path": "/mnt/model", "servedName": "deepseek-v3", "trustRemoteCode": True},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="deepseek-v3",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        served_name="deepseek-v3",
+        ready_timeout_s=2000,
+        model={"trustRemoteCode": True},
+        engine={
             "maxModelLen": 8192,
             "maxNumSeqs": 16,
             "gpuMemoryUtilization": 0.92,
             "quantization": "ascend",
-            "parallel": {"tensor": 4, "pipeline": 1, "data": 4, "expert": True},
-            "extraArgs": [],
-            "env": {},
+            "parallel": {"tensor": 4, "data": 4, "expert": True},
             "shutdownTimeoutS": 60,
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "910B", "multistreamOverlapSharedExpert": True, "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [64, 2048],
-            "concurrency": [1, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 2000,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {
+        ascend={"multistreamOverlapSharedExpert": True},
+        warmup={"promptLengths": [64, 2048], "concurrency": [1, 16]},
+        distributed={
             "nodes": 2,
-            "backend": "mp",
-            "role": "leader",
-            "workerIndex": 0,
             "rpcPort": 13389,
             "npusPerNode": 8,
             "socketIfname": "eth0",
             "hcclBuffsizeMb": 1024,
             "hcclConnectTimeoutS": 1800,
         },
-    },
+    ),
 }
 
 EXPECTED_DEEPSEEK_R1_A3_RAY = {
@@ -1048,71 +1006,27 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         },
         "data": {},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "deepseek-r1-a3",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-        "model": {"path": "/mnt/model", "servedName": "deepseek-r1", "trustRemoteCode": True},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="deepseek-r1-a3",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+        served_name="deepseek-r1",
+        ready_timeout_s=3140,
+        model={"trustRemoteCode": True},
+        engine={
             "maxModelLen": 16384,
             "maxNumSeqs": 32,
             "gpuMemoryUtilization": 0.9,
-            "parallel": {"tensor": 16, "pipeline": 2, "data": 1, "expert": True},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 16, "pipeline": 2, "expert": True},
         },
-        "graph": {
-            "policy": "piecewise",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "A3", "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [16, 256, 1024],
-            "concurrency": [1, 4, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 3140,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {
+        graph={"policy": "piecewise"},
+        ascend={"chip": "A3"},
+        distributed={
             "nodes": 2,
             "backend": "ray",
-            "role": "leader",
-            "workerIndex": 0,
-            "rpcPort": 13345,
             "npusPerNode": 16,
             "socketIfname": "eth0",
             "hcclBuffsizeMb": 1024,
             "hcclConnectTimeoutS": 1200,
         },
-    },
+    ),
 }

@@ -1,0 +1,90 @@
+"""The golden engine configs of the builder tests: one factory instead of a 60-line dict per example.
+
+:func:`engine_config_dict` is the whole ``engine-config.yaml`` an example's ConfigMap must hold,
+as the runtime reads it: the values every example shares are written here once, an example
+gives only what differs (section by section, merged into these; :data:`ABSENT` removes a key).
+The tests still compare whole objects.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+#: An override value that removes the key (e.g. ``ascend={"chip": ABSENT}`` on CPU).
+ABSENT: Any = object()
+
+#: The leak limits the runtime defaults to.
+LEAK = {
+    "enabled": True,
+    "hostGrowthMbPerHour": 512.0,
+    "deviceGrowthMbPerHour": 512.0,
+    "minTimeToExhaustionS": 21600,
+    "minHeadroomMb": 256,
+    "windowS": 600,
+    "graceS": 300,
+    "sampleIntervalS": 15.0,
+}
+
+_SHARED: dict[str, Any] = {
+    "schemaVersion": 1,
+    "model": {"path": "/mnt/model", "trustRemoteCode": False},
+    "engine": {
+        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
+        "host": "0.0.0.0",
+        "port": 8000,
+        "parallel": {"tensor": 1, "pipeline": 1, "data": 1, "expert": False},
+        "extraArgs": [],
+        "env": {},
+        "shutdownTimeoutS": 30,
+    },
+    "graph": {"policy": "auto", "fallback": True, "replayFailureThreshold": 2, "replayFailureWindowS": 600},
+    "ascend": {"chip": "910B", "additionalConfig": {}},
+    "warmup": {
+        "enabled": True,
+        "promptLengths": [16, 256, 1024],
+        "concurrency": [1, 4, 16],
+        "maxTokens": 8,
+        "chat": True,
+        "timeoutS": 900,
+    },
+    "health": {"leak": LEAK, "hangTimeoutS": 300},
+    "runtime": {
+        "port": 8080,
+        "host": "0.0.0.0",
+        "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
+        "preflight": True,
+        "minFreeDeviceMb": 1024,
+        "deviceFreeWaitS": 120,
+        "stateDir": "/var/lib/ascend-llm/state",
+    },
+    "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
+}
+
+
+def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if value is ABSENT:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def engine_config_dict(*, name: str, image: str, served_name: str, ready_timeout_s: int,
+                       **sections: dict[str, Any]) -> dict[str, Any]:
+    """The engine config of resource ``name``: the shared values, ``sections`` (``model``,
+    ``engine``, ``graph``, ``ascend``, ``warmup``, ``health``, ``runtime``, ``distributed``)
+    merged into them key by key."""
+    unknown = set(sections) - set(_SHARED)
+    if unknown:
+        raise TypeError(f"no engine config section {sorted(unknown)}")
+    config = _merge(_SHARED, {"name": name, "image": image, "model": {"servedName": served_name},
+                              "runtime": {"readyTimeoutS": ready_timeout_s}})
+    config = _merge(config, sections)
+    # In the ConfigMap's order, so that a failing diff reads like the file.
+    first = ["schemaVersion", "name", "image"]
+    return {key: config[key] for key in [*first, *(key for key in config if key not in first)]}
