@@ -1,37 +1,10 @@
 """The level-based reconcile of one ``AscendLLMDeployment``, run by the work queue.
 
-Every trigger (the resource's own watch event, an event of a child or pod, the requeue timer)
-runs :func:`reconcile_key`, which compares the desired children with the live ones and writes
-only differences:
-
-1. parse the spec and check it against the administrator's policies and the LoRA guard
-   (:mod:`ascend_operator.lora`); an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
-   new message), touches no child, and is not retried (the user's next edit is a new event); the
-   guard's warnings go into the ``LoraWarning`` condition;
-2. ask what the cluster serves (discovery, cached for ``discovery_ttl_s``): it picks the
-   autoscaler (``choose_autoscaler``), says whether a multi-node spec can have its
-   LeaderWorkerSet (``lws_missing``) and whether ``spec.routing`` can have its pool and route
-   (``routing_missing``: when not, no routing child is made, and the Routing condition says why);
-3. read the hub LoRA adapters' fetch Jobs from the watches (``handle_cache.observe_adapters``):
-   an adapter enters the adapters ConfigMap once its Job has completed (or while the live
-   ConfigMap already lists it at the same path);
-4. unless the pass memo (:mod:`ascend_operator.passmemo`) shows that neither the build's inputs
-   nor any child changed since a full pass found every child as built: build the children (pure
-   builders), add the owner reference (this resource, controller), and ensure each child in
-   order, compared with the live one as the watches show it
-   (``watchcache``; read from the API server only when the watches show none): server-side
-   apply when missing, changed or drifted (``k8s.Kube.ensure``), then delete the children of
-   kinds no longer desired. A child the API
-   server refuses stops the pass: the children after it (which may depend on it) are left as
-   they were, the server's message goes into ``Progressing`` (reason ``ChildRefused``) with a
-   Warning Event, and the queue retries with backoff;
-5. take the pods from the watches, read their runtime states, the workload's own conditions (a ReplicaSet that cannot
-   create pods: no PriorityClass, quota, admission) and the autoscaler's HPA, compute the status,
-   post Events for transitions, and patch the status only when it differs from the server's.
-
-The next run is due after ``progress_poll_interval_s`` while a replica starts or the model or
-a hub adapter downloads (neither shows in API objects), else after ``resync_interval_s``, or
-sooner when a failed fetch Job's retry is due (``handle_cache``).
+Every trigger (the resource's watch event, a child's or pod's event, the requeue timer) runs
+:func:`reconcile_key`: it checks the spec, builds the desired children from one set of inputs
+(:class:`ascend_operator.builders.BuildInputs`), writes only the children that differ from the
+live ones the watches show, and patches the status when it differs from the server's. The steps
+of a pass and when the next one is due: ``docs/operator-reconcile.md``.
 """
 
 from __future__ import annotations
@@ -216,7 +189,7 @@ class PassResult:
 
 async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                     log: logging.Logger | logging.LoggerAdapter[Any]) -> PassResult | None:
-    """Reconcile one resource (see the module docstring); safe to run any number of times.
+    """Reconcile one resource (docs/operator-reconcile.md); safe to run any number of times.
     Returns the phase written (``None`` for a refused spec)."""
 
     meta = body["metadata"]
@@ -320,8 +293,8 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
                            cache_plan: CachePlan | None,
                            pods: Sequence[Mapping[str, Any]], missing_lws: str | None,
                            log: logging.Logger | logging.LoggerAdapter[Any], now: datetime) -> ChildrenPass | None:
-    """Ensure each child in order, then delete those no longer desired (steps 3 and 4 of the
-    module docstring); ``None`` when the namespace is being deleted."""
+    """Ensure each child in order, then delete those no longer desired (step 4 of
+    docs/operator-reconcile.md); ``None`` when the namespace is being deleted."""
 
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
