@@ -178,10 +178,10 @@ def _source_wiring(
     if model.host_path is not None:
         volume = {"name": "model", "hostPath": {"path": model.host_path.path, "type": "Directory"}}
         return [volume], [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}], []
-    cache: dict[str, Any] = {}
+    empty_dir: dict[str, Any] = {}
     if settings.model_cache_size:
-        cache["sizeLimit"] = settings.model_cache_size
-    volumes = [{"name": "model-cache", "emptyDir": cache}]
+        empty_dir["sizeLimit"] = settings.model_cache_size
+    volumes = [{"name": "model-cache", "emptyDir": empty_dir}]
     mounts = [{"name": "model-cache", "mountPath": MODEL_CACHE_DIR}]
     if model.model_scope is not None:
         env: list[dict[str, Any]] = [
