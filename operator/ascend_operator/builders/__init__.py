@@ -1,7 +1,8 @@
 """Pure builders: a resource's spec + operator settings -> the manifests of its children.
 
-:func:`build_children` is the entry point the handlers and ``ascend-llm render`` call. Nothing
-here talks to the API or imports kopf; owner references are added by the handler (kopf.adopt).
+:func:`build_children` is the entry point the handlers and ``ascend-llm render`` call: it makes
+one :class:`BuildInputs` (:mod:`.inputs`) and hands it to the builders. Nothing here talks to the
+API or imports kopf; owner references are added by the handler (kopf.adopt).
 
 The workload is a Deployment (``nodesPerReplica`` 1) or a LeaderWorkerSet (more): exactly one of
 ``Children.deployment`` / ``Children.leaderworkerset`` is set. The autoscaler (``Children.hpa``
@@ -72,11 +73,11 @@ __all__ = [
     "Plans",
     "Remembered",
     "build_children",
-    "children_of",
     "build_engine_config",
     "build_hpa",
     "build_leaderworkerset",
     "build_scaled_object",
+    "children_of",
     "choose_autoscaler",
     "common_labels",
     "content_hash",

@@ -134,7 +134,8 @@ class BuildInputs:
         """The inputs of resource ``meta``; ``plans`` as the caller made them (None: made here).
         The remembered mode is used only while its key matches."""
         remembered = remembered or Remembered()
-        plans = plans or make_plans(meta.name, spec, settings)
+        if plans is None:
+            plans = make_plans(meta.name, spec, settings)
         names = ChildNames.for_resource(meta.name)
         image = resolve_image(spec, settings)
         key = remembered_mode_key(spec, image, meta.annotations.get(RETRY_GRAPH_ANNOTATION))

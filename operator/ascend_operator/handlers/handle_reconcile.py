@@ -234,10 +234,10 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     # Nothing to apply or delete when neither the build's inputs nor a child changed since a full
     # pass found every child as built (ascend_operator.passmemo); a model cache's or hub adapters'
     # passes observe Jobs and claims, so they are always full.
-    inputs = (inputs_digest(body, remembered, (choice.kind, missing_lws, missing_routing), ctx.settings)
+    digest = (inputs_digest(body, remembered, (choice.kind, missing_lws, missing_routing), ctx.settings)
               if cache_plan is None and not plans.adapter_fetches else None)
-    marks = children_marks(ctx.cache, CHILD_KINDS, namespace, label) if inputs is not None else 0
-    summary = ctx.passes.unchanged(key, inputs, marks) if inputs is not None else None
+    marks = children_marks(ctx.cache, CHILD_KINDS, namespace, label) if digest is not None else 0
+    summary = ctx.passes.unchanged(key, digest, marks) if digest is not None else None
     if summary is not None:
         found = ChildrenPass(workload=ctx.cache.get(summary.workload_kind, namespace, summary.workload_name, label),
                              verified=True)
@@ -249,8 +249,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         if ensured is None:
             return None
         found = ensured
-        if inputs is not None and found.verified:
-            ctx.passes.record(key, inputs, marks, summary, ctx.settings)
+        if digest is not None and found.verified:
+            ctx.passes.record(key, digest, marks, summary, ctx.settings)
         else:
             ctx.passes.forget(key)
     model_cache, refused = found.model_cache, found.refused
