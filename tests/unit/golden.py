@@ -88,3 +88,75 @@ def engine_config_dict(*, name: str, image: str, served_name: str, ready_timeout
     # In the ConfigMap's order, so that a failing diff reads like the file.
     first = ["schemaVersion", "name", "image"]
     return {key: config[key] for key in [*first, *(key for key in config if key not in first)]}
+
+
+#: The pod securityContext of every engine pod (the runtime image's user).
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": 1000,
+    "runAsGroup": 1000,
+    "seccompProfile": {"type": "RuntimeDefault"},
+    "fsGroup": 1000,
+}
+_PORTS = [
+    {"name": "http", "containerPort": 8000, "protocol": "TCP"},
+    {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
+]
+
+
+def _probe(path: str, period_s: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "runtime"}, "periodSeconds": period_s, "timeoutSeconds": 5,
+            "failureThreshold": failures}
+
+
+#: The mounts every engine container starts with: the config, /dev/shm, the runtime's state.
+BASE_MOUNTS = [
+    {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
+    {"name": "dshm", "mountPath": "/dev/shm"},
+    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
+]
+
+
+def base_volumes(configmap: str, shm_size: str = "16Gi") -> list[dict[str, Any]]:
+    """The volumes every engine pod starts with (those of :data:`BASE_MOUNTS`)."""
+    items = [{"key": "engine-config.yaml", "path": "engine-config.yaml"}]
+    return [
+        {"name": "engine-config", "configMap": {"name": configmap, "items": items}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}},
+        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+    ]
+
+
+def engine_container(*, image: str, startup_failures: int, **fields: Any) -> dict[str, Any]:
+    """The ``engine`` container: the fields every engine pod shares (command, ports, probes,
+    securityContext, preStop), the startup probe's ``failureThreshold``, and ``fields`` (``env``,
+    ``resources``, ``volumeMounts`` ...) set or, with :data:`ABSENT`, removed."""
+    container = {
+        "name": "engine",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["ascend-llm", "run", "--config", "/etc/ascend-llm/engine-config.yaml"],
+        "ports": _PORTS,
+        "startupProbe": _probe("/startup", 10, startup_failures),
+        "readinessProbe": _probe("/ready", 5, 3),
+        "livenessProbe": _probe("/live", 15, 4),
+        "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                            "capabilities": {"drop": ["ALL"]}},
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
+    }
+    return _merge(container, fields)
+
+
+def engine_pod_spec(*, container: dict[str, Any], volumes: list[dict[str, Any]],
+                    **fields: Any) -> dict[str, Any]:
+    """An engine pod's spec: ``container``, ``volumes``, what every engine pod shares, and
+    ``fields`` set or, with :data:`ABSENT`, removed."""
+    spec = {
+        "containers": [container],
+        "volumes": volumes,
+        "securityContext": POD_SECURITY,
+        "terminationGracePeriodSeconds": 50,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    return _merge(spec, fields)

@@ -1,8 +1,9 @@
 """The pure builders: spec + operator settings -> ConfigMap (engine config), Deployment, Service
 and PodDisruptionBudget.
 
-Complete expected manifests (golden dict literals, kubespawner style, at the end of this module;
-the engine configs from :func:`golden.engine_config_dict`) for each example, which between them cover every chip preset (910B, A3, 310P) and the CPU
+Complete expected manifests (golden dicts, kubespawner style, at the end of this module; the
+engine configs and pod specs from the factories in :mod:`golden`, which hold what every example
+shares) for each example, which between them cover every chip preset (910B, A3, 310P) and the CPU
 platform; then focused tests for what the examples do not vary: per-chip defaults, driver host
 mounts, hub tokens, the remembered graph mode, the start-up budget formula, grace periods, name
 limits and the spec-hash annotation. Every manifest is also checked with kubernetes_validate.
@@ -33,7 +34,7 @@ from ascend_operator.builders import (
 from ascend_operator.names import is_dns1035_label
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig, GraphMode
-from golden import ABSENT, engine_config_dict
+from golden import ABSENT, BASE_MOUNTS, base_volumes, engine_config_dict, engine_container, engine_pod_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}
@@ -478,94 +479,37 @@ EXPECTED_A3_DEPLOYMENT = {
                     },
                     "annotations": {"llm.ascend.dev/config-hash": "92b7d4ccb5b71087"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+                        startup_failures=355,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                     },
-                                }
-                            ],
-                            "resources": {
-                                "requests": {"huawei.com/Ascend910": 4, "cpu": "32", "memory": "256Gi"},
-                                "limits": {"huawei.com/Ascend910": 4},
+                                },
                             },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 355,
-                            },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "qwen3-30b-a3-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"huawei.com/Ascend910": 4, "cpu": "32", "memory": "256Gi"},
+                            "limits": {"huawei.com/Ascend910": 4},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("qwen3-30b-a3-config"),
                         {
                             "name": "model",
                             "hostPath": {"path": "/data/models/Qwen3-30B-A3B", "type": "Directory"},
                         },
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "affinity": {
+                    affinity={
                         "nodeAffinity": {
                             "requiredDuringSchedulingIgnoredDuringExecution": {
                                 "nodeSelectorTerms": [
@@ -575,16 +519,16 @@ EXPECTED_A3_DEPLOYMENT = {
                                                 "key": "accelerator-type",
                                                 "operator": "In",
                                                 "values": ["module-a3-16"],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
+                                            },
+                                        ],
+                                    },
+                                ],
+                            },
+                        },
                     },
-                    "priorityClassName": "llm-serving",
-                    "schedulerName": "volcano",
-                },
+                    priorityClassName="llm-serving",
+                    schedulerName="volcano",
+                ),
             },
         },
     },
@@ -723,81 +667,27 @@ EXPECTED_CPU_TINY = {
                     },
                     "annotations": {"llm.ascend.dev/config-hash": "34dc24039e667f3d"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "resources": {
-                                "requests": {"cpu": "2", "memory": "4Gi"},
-                                "limits": {"memory": "8Gi"},
-                            },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 187,
-                            },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "cpu-tiny-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
+                        startup_failures=187,
+                        resources={
+                            "requests": {"cpu": "2", "memory": "4Gi"},
+                            "limits": {"memory": "8Gi"},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
-                        {"name": "model", "hostPath": {"path": "/models/tiny", "type": "Directory"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("cpu-tiny-config"),
+                        {
+                            "name": "model",
+                            "hostPath": {"path": "/models/tiny", "type": "Directory"},
+                        },
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                },
+                ),
             },
         },
     },
@@ -933,96 +823,39 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                     },
                     "annotations": {"llm.ascend.dev/config-hash": "0d8a7f544c82ad23"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                        startup_failures=460,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                     },
                                 },
-                                {"name": "HF_HOME", "value": "/var/cache/ascend-llm/huggingface"},
-                                {
-                                    "name": "HF_TOKEN",
-                                    "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
-                                },
-                            ],
-                            "resources": {
-                                "requests": {"huawei.com/Ascend910": 8, "cpu": "64", "memory": "512Gi"},
-                                "limits": {"huawei.com/Ascend910": 8},
                             },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 460,
+                            {"name": "HF_HOME", "value": "/var/cache/ascend-llm/huggingface"},
+                            {
+                                "name": "HF_TOKEN",
+                                "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
                             },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "deepseek-v2-lite-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"huawei.com/Ascend910": 8, "cpu": "64", "memory": "512Gi"},
+                            "limits": {"huawei.com/Ascend910": 8},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("deepseek-v2-lite-config"),
                         {"name": "model-cache", "emptyDir": {}},
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                },
+                ),
             },
         },
     },
@@ -1159,97 +992,43 @@ EXPECTED_QWEN72B_910B_TP8 = {
                     },
                     "annotations": {"llm.ascend.dev/config-hash": "a94525dddb6765a3"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                        startup_failures=445,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                     },
-                                }
-                            ],
-                            "resources": {
-                                "requests": {"cpu": "32", "memory": "256Gi", "huawei.com/Ascend910": 8},
-                                "limits": {"memory": "512Gi", "huawei.com/Ascend910": 8},
-                            },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {
-                                    "name": "model",
-                                    "mountPath": "/mnt/model",
-                                    "readOnly": True,
-                                    "subPath": "Qwen2.5-72B-Instruct",
                                 },
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 445,
                             },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "qwen72b-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"cpu": "32", "memory": "256Gi", "huawei.com/Ascend910": 8},
+                            "limits": {"memory": "512Gi", "huawei.com/Ascend910": 8},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
-                        {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {
+                                "name": "model",
+                                "mountPath": "/mnt/model",
+                                "readOnly": True,
+                                "subPath": "Qwen2.5-72B-Instruct",
+                            },
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("qwen72b-config"),
+                        {
+                            "name": "model",
+                            "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
+                        },
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "nodeSelector": {"accelerator": "huawei-Ascend910"},
-                },
+                    nodeSelector={"accelerator": "huawei-Ascend910"},
+                ),
             },
         },
     },
@@ -1386,96 +1165,46 @@ EXPECTED_SMALL_310P = {
                     },
                     "annotations": {"llm.ascend.dev/config-hash": "ec988129ffbb7d7e"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend310P']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
+                        startup_failures=189,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend310P']",
                                     },
                                 },
-                                {"name": "VLLM_USE_MODELSCOPE", "value": "true"},
-                                {"name": "MODELSCOPE_CACHE", "value": "/var/cache/ascend-llm/modelscope"},
-                            ],
-                            "resources": {
-                                "requests": {"huawei.com/Ascend310P": 1, "cpu": "4", "memory": "24Gi"},
-                                "limits": {"huawei.com/Ascend310P": 1},
                             },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 189,
+                            {"name": "VLLM_USE_MODELSCOPE", "value": "true"},
+                            {
+                                "name": "MODELSCOPE_CACHE",
+                                "value": "/var/cache/ascend-llm/modelscope",
                             },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "qwen-small-310p-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"huawei.com/Ascend310P": 1, "cpu": "4", "memory": "24Gi"},
+                            "limits": {"huawei.com/Ascend310P": 1},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("qwen-small-310p-config"),
                         {"name": "model-cache", "emptyDir": {}},
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "tolerations": [
-                        {"key": "huawei.com/Ascend310P", "operator": "Exists", "effect": "NoSchedule"}
+                    tolerations=[
+                        {
+                            "key": "huawei.com/Ascend310P",
+                            "operator": "Exists",
+                            "effect": "NoSchedule",
+                        },
                     ],
-                },
+                ),
             },
         },
     },

@@ -28,7 +28,7 @@ from ascend_operator.builders import (
 )
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig
-from golden import engine_config_dict
+from golden import BASE_MOUNTS, base_volumes, engine_config_dict, engine_container, engine_pod_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = load_settings({})
@@ -353,107 +353,47 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                         },
                         "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [
-                                    {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                    {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                                ],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                            startup_failures=914,
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
-                                    "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {
-                                        "name": "model",
-                                        "mountPath": "/mnt/model",
-                                        "readOnly": True,
-                                        "subPath": "DeepSeek-V3-w8a8",
-                                    },
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 914,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-v3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
+                                "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {
+                                    "name": "model",
+                                    "mountPath": "/mnt/model",
+                                    "readOnly": True,
+                                    "subPath": "DeepSeek-V3-w8a8",
+                                },
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-v3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 80,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                    },
+                        terminationGracePeriodSeconds=80,
+                    ),
                 },
                 "workerTemplate": {
                     "metadata": {
@@ -468,104 +408,48 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                         },
                         "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                            startup_failures=914,
+                            ports=[{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
-                                    "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {
-                                        "name": "model",
-                                        "mountPath": "/mnt/model",
-                                        "readOnly": True,
-                                        "subPath": "DeepSeek-V3-w8a8",
-                                    },
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 914,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-v3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
+                                "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {
+                                    "name": "model",
+                                    "mountPath": "/mnt/model",
+                                    "readOnly": True,
+                                    "subPath": "DeepSeek-V3-w8a8",
+                                },
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-v3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 80,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                    },
+                        terminationGracePeriodSeconds=80,
+                    ),
                 },
             },
         },
@@ -716,104 +600,43 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [
-                                    {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                    {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                                ],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+                            startup_failures=1044,
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
-                                    "limits": {"huawei.com/Ascend910": 16},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 1044,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-r1-a3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
+                                "limits": {"huawei.com/Ascend910": 16},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-r1-a3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 50,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                        "nodeSelector": {"accelerator-type": "module-a3-16"},
-                        "schedulerName": "volcano",
-                    },
+                        nodeSelector={"accelerator-type": "module-a3-16"},
+                        schedulerName="volcano",
+                    ),
                 },
                 "workerTemplate": {
                     "metadata": {
@@ -832,101 +655,44 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+                            startup_failures=1044,
+                            ports=[{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
-                                    "limits": {"huawei.com/Ascend910": 16},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 1044,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-r1-a3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
+                                "limits": {"huawei.com/Ascend910": 16},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-r1-a3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 50,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                        "nodeSelector": {"accelerator-type": "module-a3-16"},
-                        "schedulerName": "volcano",
-                    },
+                        nodeSelector={"accelerator-type": "module-a3-16"},
+                        schedulerName="volcano",
+                    ),
                 },
             },
         },
