@@ -1,9 +1,10 @@
-"""The golden engine configs of the builder tests: one factory instead of a 60-line dict per example.
+"""Factories for the golden manifests of the builder tests: what every example shares, written once.
 
 :func:`engine_config_dict` is the whole ``engine-config.yaml`` an example's ConfigMap must hold,
-as the runtime reads it: the values every example shares are written here once, an example
-gives only what differs (section by section, merged into these; :data:`ABSENT` removes a key).
-The tests still compare whole objects.
+as the runtime reads it; :func:`engine_pod_spec` / :func:`engine_container` an engine pod's spec;
+:func:`labels` / :func:`selector` a child's labels. An example gives only what differs (merged
+key by key into the shared values; :data:`ABSENT` removes a key). The tests still compare whole
+objects, and the values here are literals, not the builders' own constants.
 """
 
 from __future__ import annotations
@@ -160,3 +161,22 @@ def engine_pod_spec(*, container: dict[str, Any], volumes: list[dict[str, Any]],
         "enableServiceLinks": False,
     }
     return _merge(spec, fields)
+
+
+def labels(name: str, component: str = "engine") -> dict[str, str]:
+    """The labels every child of resource ``name`` carries (``component``: which part it is)."""
+    return {
+        **selector(name, component),
+        "app.kubernetes.io/managed-by": "ascend-llm-operator",
+        "app.kubernetes.io/part-of": "ascend-llm",
+        "llm.ascend.dev/deployment": name,
+    }
+
+
+def selector(name: str, component: str = "engine") -> dict[str, str]:
+    """The labels a Service, PDB or workload of resource ``name`` selects its pods by."""
+    return {
+        "app.kubernetes.io/name": "ascend-llm",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": component,
+    }

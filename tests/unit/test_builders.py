@@ -34,7 +34,16 @@ from ascend_operator.builders import (
 from ascend_operator.names import is_dns1035_label
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig, GraphMode
-from golden import ABSENT, BASE_MOUNTS, base_volumes, engine_config_dict, engine_container, engine_pod_spec
+from golden import (
+    ABSENT,
+    BASE_MOUNTS,
+    base_volumes,
+    engine_config_dict,
+    engine_container,
+    engine_pod_spec,
+    labels,
+    selector,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}
@@ -445,38 +454,20 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "8551bc56df4e3b47"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen3-30b-a3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen3-30b-a3")
             },
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 4148,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "qwen3-30b-a3",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "qwen3-30b-a3",
-                    },
+                    "labels": labels("qwen3-30b-a3"),
                     "annotations": {"llm.ascend.dev/config-hash": "92b7d4ccb5b71087"},
                 },
                 "spec": engine_pod_spec(
@@ -538,23 +529,12 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "71250c41a78a5c75"},
         },
         "spec": {
             "type": "LoadBalancer",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("qwen3-30b-a3"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -566,24 +546,13 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "4e64408d0962351d"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen3-30b-a3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen3-30b-a3")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -594,14 +563,7 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "912e4a059fea90f0"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
@@ -633,38 +595,20 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny"),
             "annotations": {"llm.ascend.dev/spec-hash": "4f5d8de1ea194131"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "cpu-tiny",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("cpu-tiny")
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 2462,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "cpu-tiny",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "cpu-tiny",
-                    },
+                    "labels": labels("cpu-tiny"),
                     "annotations": {"llm.ascend.dev/config-hash": "34dc24039e667f3d"},
                 },
                 "spec": engine_pod_spec(
@@ -697,23 +641,12 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny"),
             "annotations": {"llm.ascend.dev/spec-hash": "2f5c36509a44f7ae"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("cpu-tiny"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -725,24 +658,13 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny"),
             "annotations": {"llm.ascend.dev/spec-hash": "8efa039e2e9a29a4"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "cpu-tiny",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("cpu-tiny")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -753,14 +675,7 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "68b323dc8c2b2e22"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
@@ -789,38 +704,20 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite"),
             "annotations": {"llm.ascend.dev/spec-hash": "b39a1ac46d11e9de"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-v2-lite",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-v2-lite")
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 5196,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "deepseek-v2-lite",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "deepseek-v2-lite",
-                    },
+                    "labels": labels("deepseek-v2-lite"),
                     "annotations": {"llm.ascend.dev/config-hash": "0d8a7f544c82ad23"},
                 },
                 "spec": engine_pod_spec(
@@ -865,23 +762,12 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite"),
             "annotations": {"llm.ascend.dev/spec-hash": "4afb851fc8fdc3d6"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("deepseek-v2-lite"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -893,24 +779,13 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite"),
             "annotations": {"llm.ascend.dev/spec-hash": "d8678c4b37fa9141"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-v2-lite",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-v2-lite")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -921,14 +796,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "35c0d0996f9b2082"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
@@ -958,38 +826,20 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b"),
             "annotations": {"llm.ascend.dev/spec-hash": "94e274ee7b56e2bc"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen72b",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen72b")
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 5048,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "qwen72b",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "qwen72b",
-                    },
+                    "labels": labels("qwen72b"),
                     "annotations": {"llm.ascend.dev/config-hash": "a94525dddb6765a3"},
                 },
                 "spec": engine_pod_spec(
@@ -1038,23 +888,12 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b"),
             "annotations": {"llm.ascend.dev/spec-hash": "6c04c3e18bd97bd4"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("qwen72b"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -1066,24 +905,13 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b"),
             "annotations": {"llm.ascend.dev/spec-hash": "2d377bb2decf8601"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen72b",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen72b")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -1094,14 +922,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "1f440a08f105601a"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
@@ -1131,38 +952,20 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
+            "labels": labels("qwen-small-310p"),
             "annotations": {"llm.ascend.dev/spec-hash": "b61f8c1db74729a3"},
         },
         "spec": {
             "replicas": 2,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen-small-310p",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen-small-310p")
             },
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 2484,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "qwen-small-310p",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "qwen-small-310p",
-                    },
+                    "labels": labels("qwen-small-310p"),
                     "annotations": {"llm.ascend.dev/config-hash": "ec988129ffbb7d7e"},
                 },
                 "spec": engine_pod_spec(
@@ -1214,23 +1017,12 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
+            "labels": labels("qwen-small-310p"),
             "annotations": {"llm.ascend.dev/spec-hash": "1dec105d68d27637"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("qwen-small-310p"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -1242,24 +1034,13 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
+            "labels": labels("qwen-small-310p"),
             "annotations": {"llm.ascend.dev/spec-hash": "14715e1698ad4961"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen-small-310p",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen-small-310p")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -1270,14 +1051,7 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
+            "labels": labels("qwen-small-310p", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "6c8dfa2a93b46b5c"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},

@@ -28,7 +28,15 @@ from ascend_operator.builders import (
 )
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig
-from golden import BASE_MOUNTS, base_volumes, engine_config_dict, engine_container, engine_pod_spec
+from golden import (
+    BASE_MOUNTS,
+    base_volumes,
+    engine_config_dict,
+    engine_container,
+    engine_pod_spec,
+    labels,
+    selector,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = load_settings({})
@@ -320,14 +328,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3-lws",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3"),
             "annotations": {"llm.ascend.dev/spec-hash": "aade286448044138"},
         },
         "spec": {
@@ -343,12 +344,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "leaderTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-v3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-v3",
+                            **labels("deepseek-v3"),
                             "llm.ascend.dev/role": "leader",
                         },
                         "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
@@ -398,12 +394,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "workerTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-v3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-v3",
+                            **labels("deepseek-v3"),
                             "llm.ascend.dev/role": "worker",
                         },
                         "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
@@ -460,22 +451,13 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3"),
             "annotations": {"llm.ascend.dev/spec-hash": "c65ddabe0b1aa85f"},
         },
         "spec": {
             "type": "ClusterIP",
             "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
+                **selector("deepseek-v3"),
                 "leaderworkerset.sigs.k8s.io/worker-index": "0",
             },
             "ports": [
@@ -489,24 +471,13 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3"),
             "annotations": {"llm.ascend.dev/spec-hash": "c770fb436ad0fba9"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-v3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-v3")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -517,14 +488,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "fd3f8bac94c16da5"},
         },
         "data": {},
@@ -563,14 +527,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3-lws",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "5354464688f3b635"},
         },
         "spec": {
@@ -586,12 +543,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "leaderTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-r1-a3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-r1-a3",
+                            **labels("deepseek-r1-a3"),
                             "llm.ascend.dev/role": "leader",
                             "ring-controller.atlas": "ascend-910b",
                         },
@@ -641,12 +593,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "workerTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-r1-a3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-r1-a3",
+                            **labels("deepseek-r1-a3"),
                             "llm.ascend.dev/role": "worker",
                             "ring-controller.atlas": "ascend-910b",
                         },
@@ -703,22 +650,13 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "4cd4f60731a11fd9"},
         },
         "spec": {
             "type": "ClusterIP",
             "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
+                **selector("deepseek-r1-a3"),
                 "leaderworkerset.sigs.k8s.io/worker-index": "0",
             },
             "ports": [
@@ -732,24 +670,13 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "a044ddb184a91d8b"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-r1-a3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-r1-a3")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -760,14 +687,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "93d13b45e0d36ba7"},
         },
         "data": {},
