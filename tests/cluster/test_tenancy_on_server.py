@@ -422,8 +422,7 @@ class Pipeline:
 
     def run(self, index: int, spec: Any) -> None:
         from ascend_operator.api import SpecError, parse_spec
-        from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler
-        from ascend_operator.builders.modelcache import plan_adapter_fetches, plan_cache
+        from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler, make_plans
         from ascend_operator.lora import enforce_lora
         from ascend_operator.policy import enforce_policy
 
@@ -450,9 +449,8 @@ class Pipeline:
             parsed = parse_spec(stored)
             enforce_policy(parsed, self.settings)
             # What the reconcile refuses besides (a repo id or revision the cache cannot lay out).
-            plan_cache(f"f{index}", parsed, self.settings)
-            plan_adapter_fetches(parsed, self.settings)
-            enforce_lora(f"f{index}", parsed, self.settings)
+            plans = make_plans(f"f{index}", parsed, self.settings)
+            enforce_lora(f"f{index}", parsed, self.settings, plans.cache_plan)
         except SpecError as error:
             assert error.problems and all(path.startswith("spec") for path, _ in error.problems), error
             self.tally["refused by the operator"] += 1
@@ -461,7 +459,7 @@ class Pipeline:
         else:
             choice = choose_autoscaler(parsed, self.settings, self.served)
             children = build_children(BuildMeta(f"f{index}", self.namespace, 1), parsed, self.settings,
-                                      autoscaler=choice.kind)
+                                      autoscaler=choice.kind, plans=plans)
             self.tally["built"] += 1
             self.apply_core_children(children)
         if children is None:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from ascend_operator.api import AscendLLMDeploymentStatus, SpecError, parse_spec
 from ascend_operator.builders import CONFIG_HASH_ANNOTATION, BuildMeta, Children, build_children
+from ascend_operator.builders.modelcache import plan_cache
 from ascend_operator.lora import enforce_lora, image_vllm_ascend, lora_problems, lora_warnings
 from ascend_operator.lorastatus import lora_events, lora_status
 from ascend_operator.policy import enforce_policy
@@ -203,7 +204,7 @@ TP2 = {"model": {"pvc": {"claimName": "w"}}, "npu": {"perReplica": 2}, "parallel
 def test_tensor_parallel_lora_is_refused_on_the_default_vllm_ascend_naming_the_fields() -> None:
     spec = parse_spec({**TP2, "lora": {"adapters": [adapter("sql")]}})
     with pytest.raises(SpecError) as error:
-        enforce_lora("demo", spec, DEFAULTS)
+        enforce_lora("demo", spec, DEFAULTS, plan_cache("demo", spec, DEFAULTS))
     [(field, message)] = error.value.problems
     assert field == "spec.parallelism.tensor"
     assert message.startswith("spec.lora.enabled with spec.parallelism.tensor 2: vllm-ascend v0.23.0 ")
@@ -336,7 +337,8 @@ def test_lora_with_quantization_is_warned_of_in_spec_words_where_the_guard_knows
         "quantized MoE models (vllm-ascend v0.23.0 docs, user_guide/feature_guide/lora.md); a dense model is not "
         "covered by that note")
     assert lora_problems("demo", parse_spec(QUANTIZED), DEFAULTS) == []  # a warning, not a refusal
-    assert enforce_lora("demo", parse_spec(QUANTIZED), DEFAULTS) == [warning]  # what the reconcile shows
+    quantized = parse_spec(QUANTIZED)
+    assert enforce_lora("demo", quantized, DEFAULTS, plan_cache("demo", quantized, DEFAULTS)) == [warning]  # what the reconcile shows
     for other in ({"image": "reg/runtime:1.0-vllm-ascend-v0.24.0"}, {"lora": {"enabled": False}},
                   {"engine": {}}):
         assert lora_warnings("demo", parse_spec({**QUANTIZED, **other}), DEFAULTS) == []

@@ -45,7 +45,7 @@ PROGRESS_PORT = 8080
 class CachePlan:
     """What the cache of one resource needs: the claim to use, and the fetch (hub sources only)."""
 
-    cache: ModelCacheSpec
+    spec: ModelCacheSpec
     claim_name: str | None
     request: FetchRequest | None
     #: LoRA is on: serving pods mount ``models/`` (where hub adapters are downloaded) even for a
@@ -100,7 +100,7 @@ def plan_cache(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSetti
         except ValidationError as error:  # what the cache cannot lay out on disk
             raise SpecError([(f"spec.model.{field}.id / spec.model.revision",
                               "; ".join(e["msg"] for e in error.errors()))]) from error
-    return CachePlan(cache=cache, claim_name=claim, request=request,
+    return CachePlan(spec=cache, claim_name=claim, request=request,
                      lora=spec.lora is not None and spec.lora.enabled)
 
 
@@ -155,25 +155,25 @@ def plan_adapter_fetches(spec: AscendLLMDeploymentSpec,
     return tuple(fetches.values())
 
 
-def fetch_job_name(name: str, plan: CachePlan) -> str:
+def fetch_job_name(name: str, cache_plan: CachePlan) -> str:
     """``<name>-fetch-<hash of the request>``: another model or revision is another Job."""
-    assert plan.request is not None
-    return safe_name(name, "fetch-" + content_hash(plan.request.model_dump(mode="json"))[:8])
+    assert cache_plan.request is not None
+    return safe_name(name, "fetch-" + content_hash(cache_plan.request.model_dump(mode="json"))[:8])
 
 
-def _volume(plan: CachePlan) -> dict[str, Any]:
-    if plan.claim_name is not None:
-        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": plan.claim_name}}
-    assert plan.cache.host_path is not None
-    return {"name": CACHE_VOLUME, "hostPath": {"path": plan.cache.host_path, "type": "DirectoryOrCreate"}}
+def _volume(cache_plan: CachePlan) -> dict[str, Any]:
+    if cache_plan.claim_name is not None:
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache_plan.claim_name}}
+    assert cache_plan.spec.host_path is not None
+    return {"name": CACHE_VOLUME, "hostPath": {"path": cache_plan.spec.host_path, "type": "DirectoryOrCreate"}}
 
 
-def build_cache_claim(name: str, namespace: str, plan: CachePlan) -> dict[str, Any] | None:
+def build_cache_claim(name: str, namespace: str, cache_plan: CachePlan) -> dict[str, Any] | None:
     """The PersistentVolumeClaim of ``cache.create`` (owner references are the caller's choice:
     only with ``deleteWithResource``)."""
 
-    create = plan.cache.create
-    if create is None or plan.claim_name is None:
+    create = cache_plan.spec.create
+    if create is None or cache_plan.claim_name is None:
         return None
     spec: dict[str, Any] = {
         "accessModes": [create.access_mode.value],
@@ -184,19 +184,19 @@ def build_cache_claim(name: str, namespace: str, plan: CachePlan) -> dict[str, A
     return with_spec_hash({
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": plan.claim_name, "namespace": namespace,
+        "metadata": {"name": cache_plan.claim_name, "namespace": namespace,
                      "labels": common_labels(name, "model-cache")},
         "spec": spec,
     })
 
 
-def fetch_container(spec: AscendLLMDeploymentSpec, plan: CachePlan, settings: OperatorSettings,
+def fetch_container(spec: AscendLLMDeploymentSpec, cache_plan: CachePlan, settings: OperatorSettings,
                     image: str, *, ports: bool = True) -> dict[str, Any]:
     """The container that runs ``ascend-llm fetch`` for the plan's request (``ports``: declare the
     progress port; an init container does not, its pod's main container declares that port)."""
 
-    assert plan.request is not None
-    return _fetch_container(plan.request, spec.model.token_secret_ref, settings, image, ports=ports)
+    assert cache_plan.request is not None
+    return _fetch_container(cache_plan.request, spec.model.token_secret_ref, settings, image, ports=ports)
 
 
 def _fetch_container(request: FetchRequest, token: SecretKeyRef | None, settings: OperatorSettings,
@@ -237,26 +237,27 @@ def pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
 
 
 def build_fetch_job(name: str, namespace: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings,
-                    plan: CachePlan, image: str) -> dict[str, Any] | None:
+                    cache_plan: CachePlan, image: str) -> dict[str, Any] | None:
     """The Job that fills the claim with the plan's snapshot; None when no Job is needed."""
 
-    if not plan.by_job:
+    if not cache_plan.by_job:
         return None
-    return _job(name, namespace, settings, plan, fetch_job_name(name, plan), COMPONENT_FETCH,
-                fetch_container(spec, plan, settings, image))
+    return _job(name, namespace, settings, cache_plan, fetch_job_name(name, cache_plan),
+                component=COMPONENT_FETCH, container=fetch_container(spec, cache_plan, settings, image))
 
 
-def build_adapter_fetch_job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan,
+def build_adapter_fetch_job(name: str, namespace: str, settings: OperatorSettings, cache_plan: CachePlan,
                             fetch: AdapterFetch, image: str) -> dict[str, Any]:
     """The Job that downloads one hub adapter repo and revision into the claim (next to the
     models, in the same layout); it is made whatever the model's download is doing."""
 
-    assert plan.claim_name is not None  # the CRD's rule: hub adapters need a claim cache
-    return _job(name, namespace, settings, plan, fetch.job_name(name), COMPONENT_ADAPTER_FETCH,
-                _fetch_container(fetch.request, fetch.token, settings, image))
+    assert cache_plan.claim_name is not None  # the CRD's rule: hub adapters need a claim cache
+    return _job(name, namespace, settings, cache_plan, fetch.job_name(name),
+                component=COMPONENT_ADAPTER_FETCH,
+                container=_fetch_container(fetch.request, fetch.token, settings, image))
 
 
-def _job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan, job_name: str,
+def _job(name: str, namespace: str, settings: OperatorSettings, cache_plan: CachePlan, job_name: str, *,
          component: str, container: dict[str, Any]) -> dict[str, Any]:
     labels = common_labels(name, component)
     return with_spec_hash({
@@ -278,7 +279,7 @@ def _job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan,
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [container],
-                    "volumes": [_volume(plan)],
+                    "volumes": [_volume(cache_plan)],
                     "securityContext": pod_security_context(settings),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
@@ -288,13 +289,13 @@ def _job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan,
     })
 
 
-def serving_wiring(plan: CachePlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def serving_wiring(cache_plan: CachePlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Volumes and engine mounts of a serving pod: the snapshots read-only, compile caches writable."""
 
     mounts: list[dict[str, Any]] = []
-    if plan.request is not None or plan.lora:
+    if cache_plan.request is not None or cache_plan.lora:
         mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/models", "subPath": "models",
                        "readOnly": True})
-    if plan.cache.compile_cache:
+    if cache_plan.spec.compile_cache:
         mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/compile", "subPath": "compile"})
-    return [_volume(plan)], mounts
+    return [_volume(cache_plan)], mounts

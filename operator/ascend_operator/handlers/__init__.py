@@ -41,7 +41,7 @@ class OperatorContext:
     #: The pods' own /state and /progress (plain HTTP to the pod IPs, or the pod proxy).
     pods: PodReader
     store: ResourceStore = field(default_factory=ResourceStore)
-    cache: WatchCache = field(default_factory=WatchCache)
+    watch_cache: WatchCache = field(default_factory=WatchCache)
     passes: PassMemo = field(default_factory=PassMemo)
     #: Set by the startup handler once the event loop runs (its worker needs this context).
     queue: WorkQueue | None = None

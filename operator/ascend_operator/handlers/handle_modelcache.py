@@ -65,10 +65,10 @@ async def observe(ctx: OperatorContext, name: str, namespace: str, label: str, p
                   now: datetime) -> CacheObservation:
     """The cache as the status shows it; deletes a failed Job whose retry time has come."""
 
-    create = plan.cache.create
-    retained = plan.cache.host_path is not None or plan.cache.claim_name is not None or not (
+    create = plan.spec.create
+    retained = plan.spec.host_path is not None or plan.spec.claim_name is not None or not (
         create is not None and create.delete_with_resource)
-    base = dict(claim_name=plan.claim_name, host_path=plan.cache.host_path, retained=retained,
+    base = dict(claim_name=plan.claim_name, host_path=plan.spec.host_path, retained=retained,
                 source=_source(plan))
     if plan.request is None:
         return CacheObservation(**base)
@@ -91,7 +91,7 @@ async def observe_adapters(ctx: OperatorContext, name: str, namespace: str, labe
     downloads = []
     for fetch in fetches:
         job_name = fetch.job_name(name)
-        job = ctx.cache.get(JOB.kind, namespace, job_name, label)
+        job = ctx.watch_cache.get(JOB.kind, namespace, job_name, label)
         state, progress, retry_in = await _observe_job(ctx, name, namespace, label, job_name, job, now)
         downloads.append(AdapterDownload(job=job_name, source=fetch.source, adapters=fetch.adapters,
                                          state=state, progress=progress, retry_in_s=retry_in))
@@ -104,7 +104,7 @@ async def _observe_job(ctx: OperatorContext, name: str, namespace: str, label: s
     """A fetch Job's state, its progress while it downloads, and the seconds until a failed one is
     replaced (deleted here once that time has come)."""
 
-    pods = ctx.cache.pods(namespace, label, {JOB_NAME_LABEL: job_name})
+    pods = ctx.watch_cache.pods(namespace, label, {JOB_NAME_LABEL: job_name})
     state = job_state(job, pods)
     progress = None
     retry_in = None
@@ -114,7 +114,7 @@ async def _observe_job(ctx: OperatorContext, name: str, namespace: str, label: s
         waited = (now - state.failed_at).total_seconds()
         retry_in = max(0.0, ctx.settings.fetch_retry_interval_s - waited)
         if retry_in == 0.0 and await ctx.kube.delete(JOB, namespace, job_name):
-            ctx.cache.remove(JOB.kind, namespace, job_name)
+            ctx.watch_cache.remove(JOB.kind, namespace, job_name)
             logger.info("%s/%s: deleted the failed fetch Job %s; a new one is made",
                         namespace, name, job_name)
             state = JobState(FetchPhase.PENDING, state.reason, f"retrying after: {state.message}")

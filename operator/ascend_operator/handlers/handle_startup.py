@@ -168,7 +168,7 @@ def reflectors(ctx: OperatorContext) -> Reflectors:
 
     timing = ReflectorTiming(server_timeout_s=WATCH_SERVER_TIMEOUT_S, client_grace_s=WATCH_CLIENT_TIMEOUT_S - WATCH_SERVER_TIMEOUT_S,
                              connect_timeout_s=CONNECT_TIMEOUT_S, page=LIST_PAGE)
-    return Reflectors([Reflector(scope, ctx.kube, ctx.cache, sink, timing)
+    return Reflectors([Reflector(scope, ctx.kube, ctx.watch_cache, sink, timing)
                        for scope in scopes(WATCHED_KINDS, ctx.settings.namespaces)])
 
 
@@ -179,7 +179,7 @@ async def prefill(ctx: OperatorContext, logger: logging.Logger) -> None:
 
     ctx.reflectors = reflectors(ctx)
     await ctx.reflectors.list_all()
-    logger.info("watch cache filled: %d children and pods", len(ctx.cache))
+    logger.info("watch cache filled: %d children and pods", len(ctx.watch_cache))
     ctx.reflectors.start()
 
 
