@@ -75,7 +75,12 @@ Decisions where the engine gives no guidance:
   (``init_static_loras``), so one bad adapter would stop the base model from serving; the
   reconciler loads the adapters instead, before the pod turns Ready. The LoRA flags and
   ``--lora-modules`` are then removed from ``engine.extra_args`` (with a warning naming the
-  ``lora.*`` field, or the adapters file). Combinations the installed vllm-ascend cannot serve
+  ``lora.*`` field, or the adapters file). Those endpoints listen on the port clients reach, so
+  ``--middleware ascend_runtime.adaptergate.AdapterGate`` is passed too: it refuses them (403) to
+  every request without this launch's token (:mod:`ascend_runtime.adaptergate`). Every vLLM with
+  the runtime endpoints (vllm#6566, v0.6.1) has ``--middleware`` (vllm#1106, 2023), so it is
+  rendered for every version, an unknown one included. A user's own ``--middleware`` in
+  ``engine.extra_args`` stays (vLLM applies each one given). Combinations the installed vllm-ascend cannot serve
   (:func:`ascend_runtime.lora_support.check_lora_support`) raise ``ValueError``.
 * ``--shutdown-timeout`` exists from vLLM 0.18.0; older versions get a warning and the runtime
   drains by itself. An unknown vLLM version is assumed to be the release vllm-ascend pairs with
@@ -91,6 +96,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from ascend_runtime.adaptergate import MIDDLEWARE as ADAPTER_GATE_MIDDLEWARE
 from ascend_runtime.config import Chip, EngineConfig, GraphMode, GraphPolicy
 from ascend_runtime.lora_support import check_lora_support
 from ascend_runtime.versions import Versions, parse_version
@@ -621,6 +627,7 @@ def _base_args(
         argv += ["--enable-lora", "--max-loras", str(lora.max_loras), "--max-lora-rank", str(lora.max_rank)]
         if lora.max_cpu_loras is not None:
             argv += ["--max-cpu-loras", str(lora.max_cpu_loras)]
+        argv += ["--middleware", ADAPTER_GATE_MIDDLEWARE]  # only the runtime may load or unload
     if vllm is not None and vllm >= VLLM_SHUTDOWN_TIMEOUT:
         argv += ["--shutdown-timeout", str(engine.shutdown_timeout_s)]
     elif vllm is not None:
