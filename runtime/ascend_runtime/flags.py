@@ -1,6 +1,7 @@
 """Render the engine command line for the installed vLLM / vllm-ascend, per graph-mode rung.
 
 Pure: :func:`graph_ladder` and :func:`render_engine_command` read an :class:`EngineConfig` and a
+from ascend_runtime.adaptergate import MIDDLEWARE as ADAPTER_GATE_MIDDLEWARE
 :class:`~ascend_runtime.versions.Versions` and return data; nothing is executed or read. The
 graph-mode eras per version and chip, how each rung is rendered, the demotion order, and what
 is done where the engine gives no guidance (unknown ``additional_config`` keys,
@@ -17,6 +18,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from ascend_runtime.adaptergate import MIDDLEWARE as ADAPTER_GATE_MIDDLEWARE
 from ascend_runtime.config import Chip, EngineConfig, GraphMode
 from ascend_runtime.ladder import ALL_MODES, MODES_310P, MODES_EAGER, MODES_PIECEWISE, ladder
 from ascend_runtime.ladder import effective as effective_mode
@@ -515,6 +517,7 @@ def _base_args(
         argv += ["--enable-lora", "--max-loras", str(lora.max_loras), "--max-lora-rank", str(lora.max_rank)]
         if lora.max_cpu_loras is not None:
             argv += ["--max-cpu-loras", str(lora.max_cpu_loras)]
+        argv += ["--middleware", ADAPTER_GATE_MIDDLEWARE]  # only the runtime may load or unload
     if vllm is not None and vllm >= VLLM_SHUTDOWN_TIMEOUT:
         argv += ["--shutdown-timeout", str(engine.shutdown_timeout_s)]
     elif vllm is not None:

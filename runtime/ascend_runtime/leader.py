@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ascend_runtime import adaptergate
 from ascend_runtime.adapters import AdapterReconciler, EngineAdapters
 from ascend_runtime.config import GraphMode, RuntimePhase, WarmupReport
 from ascend_runtime.distributed import plan_distributed
@@ -130,6 +131,7 @@ class LeaderRole:
         #: This launch passes ``--shutdown-timeout``: the engine drains itself on SIGTERM.
         self._engine_drains = False
         self._reconciler: AdapterReconciler | None = None
+        self._adapter_token: str | None = None  # this launch's, for the engine's adapter gate
 
     async def __aenter__(self) -> LeaderRole:
         return self
@@ -202,7 +204,11 @@ class LeaderRole:
         self._capture_started = asyncio.Event()
         self._serving = False
         launched = time.monotonic()
-        engine, exit_task = await host.start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit",
+        env = plan.env
+        if self.config.lora is not None and self.config.lora.enabled:
+            self._adapter_token = adaptergate.new_token()
+            env = {**env, adaptergate.TOKEN_ENV: self._adapter_token}
+        engine, exit_task = await host.start_engine(plan.engine_argv, env, self._on_event, "engine-exit",
                                                    mode=mode)
         try:
             result = await self._start_phase(engine, exit_task, launched)
@@ -358,7 +364,8 @@ class LeaderRole:
         if lora is None or not lora.enabled:
             return None
         base = self.config.model.served_name or self.config.model.path
-        return AdapterReconciler(lora, EngineAdapters(self.host.engine_base_url), self.store, [base])
+        engine = EngineAdapters(self.host.engine_base_url, token=self._adapter_token)
+        return AdapterReconciler(lora, engine, self.store, [base])
 
     async def _serve_phase(self, engine: EngineProcess, exit_task: asyncio.Task) -> LaunchResult:
         host = self.host

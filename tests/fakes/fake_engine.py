@@ -26,7 +26,8 @@ misbehaves on request through environment variables:
   stalls (comma-separated; default every engine); the others keep generating.
 - ``FAKE_ENGINE_LAUNCH_LOG``: append one line per launch (the argv) to this file.
 - ``FAKE_ENGINE_ENV_LOG``: append one JSON line per launch with the cache variables it got
-  (``VLLM_CACHE_ROOT``, ``TORCHAIR_CACHE_HOME``, ``HF_HUB_OFFLINE``) to this file.
+  (``VLLM_CACHE_ROOT``, ``TORCHAIR_CACHE_HOME``, ``HF_HUB_OFFLINE``), and the adapter token
+  (``ASCEND_LLM_ADAPTER_TOKEN``) when it got one, to this file.
 - ``FAKE_ENGINE_COMPILE``: in a graph mode, "compile" as vLLM does: write an artefact under
   ``$VLLM_CACHE_ROOT/torch_compile_cache/`` (warm caches keep it).
 - ``FAKE_ENGINE_CAPTURE_FAIL_MODES``: the graph modes in which ``FAKE_ENGINE_CAPTURE_FAIL``
@@ -63,7 +64,9 @@ LoRA, as vLLM 0.32 serves it (``entrypoints/openai/models/serving.py``,
 ``{lora_name}``: 200, or 404 when not loaded. Without the variable both routes are 404.
 ``/v1/models`` lists the loaded adapters with ``root`` (the path) and ``parent`` (the base model);
 a completion whose ``model`` is neither the base model nor a loaded adapter gets vLLM's 404.
-``FAKE_ENGINE_LORA_FAIL_LOADS``: the first N loads (counted in ``FAKE_ENGINE_STATE_DIR``) fail with
+``--middleware PATH`` (repeatable) imports each ASGI middleware class as vLLM does and runs it in
+front of every route, so the runtime's adapter gate (``ascend_runtime.adaptergate``) answers here
+as it does in vLLM. ``FAKE_ENGINE_LORA_FAIL_LOADS``: the first N loads (counted in ``FAKE_ENGINE_STATE_DIR``) fail with
 HTTP 500, as an engine error would, after printing ``FAKE_ENGINE_LORA_FAIL_LOG`` when set (vLLM's
 worker-exception lines for a refused adapter; the engine serves on).
 
@@ -84,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -265,6 +269,40 @@ def failing_load() -> bool:
     return True
 
 
+def asgi_middleware(paths: list[str]):
+    """vLLM's ``--middleware`` classes (pure ASGI) in front of the fake's aiohttp routes."""
+
+    classes = []
+    for path in paths:
+        module, name = path.rsplit(".", 1)
+        classes.append(getattr(importlib.import_module(module), name))
+
+    @web.middleware
+    async def apply(request: web.Request, handler):
+        for cls in classes:
+            passed, sent = False, []
+
+            async def inner(scope, receive, send) -> None:
+                nonlocal passed
+                passed = True
+
+            async def send(message) -> None:
+                sent.append(message)
+
+            async def receive() -> dict:
+                return {"type": "http.request", "body": await request.read(), "more_body": False}
+
+            scope = {"type": "http", "method": request.method, "path": request.path,
+                     "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]}
+            await cls(inner)(scope, receive, send)
+            if not passed:  # the middleware answered itself
+                body = b"".join(message.get("body", b"") for message in sent[1:])
+                return web.Response(status=sent[0]["status"], body=body, content_type="application/json")
+        return await handler(request)
+
+    return apply
+
+
 def runtime_lora_updating() -> bool:
     """vLLM's envs.VLLM_ALLOW_RUNTIME_LORA_UPDATING: "1" or "true", any case."""
     return os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")
@@ -376,6 +414,7 @@ async def main() -> None:
     parser.add_argument("--data-parallel-start-rank", type=int, default=None)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     parser.add_argument("--data-parallel-address", default=None)
+    parser.add_argument("--middleware", action="append", default=[])
     args, _unknown = parser.parse_known_args(argv)
     if log := os.environ.get("FAKE_ENGINE_LAUNCH_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
@@ -383,7 +422,10 @@ async def main() -> None:
     if log := os.environ.get("FAKE_ENGINE_ENV_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
             names = ("VLLM_CACHE_ROOT", "TORCHAIR_CACHE_HOME", "HF_HUB_OFFLINE")
-            handle.write(json.dumps({name: os.environ.get(name) for name in names}) + "\n")
+            logged = {name: os.environ.get(name) for name in names}
+            if "ASCEND_LLM_ADAPTER_TOKEN" in os.environ:
+                logged["ASCEND_LLM_ADAPTER_TOKEN"] = os.environ["ASCEND_LLM_ADAPTER_TOKEN"]
+            handle.write(json.dumps(logged) + "\n")
     if os.environ.get("FAKE_ENGINE_COMPILE") and not args.enforce_eager and os.environ.get("VLLM_CACHE_ROOT"):
         artefact = Path(os.environ["VLLM_CACHE_ROOT"]) / "torch_compile_cache" / "fake" / "graph.py"
         artefact.parent.mkdir(parents=True, exist_ok=True)
@@ -424,7 +466,7 @@ async def main() -> None:
         print_log(os.environ["FAKE_ENGINE_OOM_LOG"])
         os._exit(1)
 
-    app = web.Application()
+    app = web.Application(middlewares=[asgi_middleware(args.middleware)] if args.middleware else [])
     app.router.add_get("/health", engine.health)
     app.router.add_get("/v1/models", engine.models)
     app.router.add_post("/v1/completions", engine.complete)

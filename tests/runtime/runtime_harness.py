@@ -35,9 +35,11 @@ def deep_merge(base: dict, extra: dict) -> dict:
     return out
 
 
-def http(method: str, url: str, body: Any = None, timeout: float = 30.0) -> tuple[int, str]:
+def http(method: str, url: str, body: Any = None, timeout: float = 30.0,
+         headers: dict[str, str] | None = None) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"content-type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode()

@@ -294,6 +294,7 @@ RULE_PATHS = {
     api.AscendLLMDeploymentSpec: "",
     api.ModelSpec: ".model",
     api.ModelCacheSpec: ".model.cache",
+    api.PvcSource: ".model.pvc",
     api.GraphSpec: ".graph",
     api.AutoscalingSpec: ".autoscaling",
     api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
@@ -529,6 +530,7 @@ RULE_CASES = {
         {"name": "a", "source": {"modelScope": {"id": "org/a", "revision": "v1..2"}}}]}},
     "lora hub and pvc": {"model": {**HF, "cache": {"claimName": "c"}}, "lora": {"adapters": [
         {"name": "a", "source": {"pvc": {"claimName": "ad"}, "huggingFace": {"id": "org/a"}}}]}},
+    "pvc subPath with ..": {"model": {"pvc": {"claimName": "w", "subPath": "models/../../other"}}},
     "cache hostPath with ..": {"model": {**HF, "cache": {"hostPath": "/data/llm-cache/../../etc"}}},
     "cache hostPath with .": {"model": {**HF, "cache": {"hostPath": "/data/llm-cache/./x"}}},
     "many broken": {

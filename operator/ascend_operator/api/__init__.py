@@ -70,7 +70,6 @@ from ascend_operator.api.base import (  # noqa: F401
 )
 from ascend_operator.api.features import (  # noqa: F401
     MAX_ADAPTERS,
-    RELATIVE_DIR_PATTERN,
     AdapterHostPathSource,
     AdapterHubSource,
     AdapterPvcSource,
@@ -79,7 +78,6 @@ from ascend_operator.api.features import (  # noqa: F401
     GatewayRef,
     LoraAdapterSpec,
     LoraSpec,
-    RelativeDir,
     RoutingFailureMode,
     RoutingProfile,
     RoutingSpec,
@@ -88,6 +86,7 @@ from ascend_operator.api.features import (  # noqa: F401
 )
 from ascend_operator.api.model import (  # noqa: F401
     HOST_PATH_PATTERN,
+    RELATIVE_DIR_PATTERN,
     REVISION_PATTERN,
     REVISION_RULE,
     CacheAccessMode,
@@ -100,6 +99,7 @@ from ascend_operator.api.model import (  # noqa: F401
     ModelCacheSpec,
     ModelSpec,
     PvcSource,
+    RelativeDir,
     Revision,
     SecretKeyRef,
 )

@@ -18,7 +18,7 @@ from ascend_operator.api.base import (
     DnsSubdomain,
     SpecModel,
 )
-from ascend_operator.api.model import HOST_PATH_PATTERN, HubRepoId, Revision, SecretKeyRef
+from ascend_operator.api.model import HOST_PATH_PATTERN, HubRepoId, RelativeDir, Revision, SecretKeyRef
 from ascend_runtime.config import ADAPTER_NAME_PATTERN, LORA_RANKS
 from pydantic import Field, StringConstraints
 
@@ -219,10 +219,6 @@ class RoutingSpec(SpecModel):
 # --------------------------------------------------------------------------------------------
 # spec.lora
 
-#: A relative directory inside a volume: no leading '/', no empty segment, no control characters
-#: ('.' and '..' segments: a CEL rule, RE2 has no look-ahead).
-RELATIVE_DIR_PATTERN = r"^[^/\x00-\x1f]+(/[^/\x00-\x1f]+)*$"
-RelativeDir = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=RELATIVE_DIR_PATTERN)]
 #: The most adapters one resource lists (each a load on every replica; CEL cost stays bounded).
 MAX_ADAPTERS = 128
 

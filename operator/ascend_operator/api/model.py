@@ -45,15 +45,22 @@ class EnvValueSource(SpecModel):
     config_map_key_ref: ConfigMapKeyRef | None = Field(None, description="A key of a ConfigMap.")
 
 
+#: A relative directory inside a volume: no leading '/', no empty segment, no control characters
+#: ('.' and '..' segments: a CEL rule, RE2 has no look-ahead).
+RELATIVE_DIR_PATTERN = r"^[^/\x00-\x1f]+(/[^/\x00-\x1f]+)*$"
+RelativeDir = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=RELATIVE_DIR_PATTERN)]
+
+
 class PvcSource(SpecModel):
     """Weights on a PersistentVolumeClaim, mounted into the pod."""
 
     claim_name: DnsSubdomain = Field(
         description="Name of the PersistentVolumeClaim in the resource's namespace."
     )
-    sub_path: Annotated[str, StringConstraints(max_length=1024, pattern=r"^[^/].*$")] | None = Field(
+    sub_path: RelativeDir | None = Field(
         None,
-        description="Directory inside the claim holding the weights (relative). Default: the claim's root.",
+        description="Directory inside the claim holding the weights (relative, no '.' or '..' segment, no "
+        "'//', no trailing '/'). Default: the claim's root.",
     )
     read_only: bool = Field(True, description="Mount the claim read-only. Default: true.")
 

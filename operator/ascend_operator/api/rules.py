@@ -40,6 +40,7 @@ from ascend_operator.api.model import (
     HostPathSource,
     ModelCacheSpec,
     ModelSpec,
+    PvcSource,
 )
 from ascend_operator.api.replica import EngineSpec, GraphSpec, Toleration
 from ascend_operator.api.spec import AscendLLMDeploymentSpec, display_model
@@ -304,6 +305,7 @@ SPEC_RULES.update(
             ),
         ),
         AdapterPvcSource: (_relative_dir_rule(),),
+        PvcSource: (_relative_dir_rule(),),
         AdapterHostPathSource: (
             SpecRule(
                 cel="!self.path.matches('/\\\\.\\\\.?(/|$)')",
