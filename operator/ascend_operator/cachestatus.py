@@ -57,6 +57,8 @@ class CacheObservation:
     held_back: bool = False
     #: Seconds until a failed Job is replaced by a new one.
     retry_in_s: float | None = None
+    #: The request (:func:`~ascend_operator.builders.modelcache.request_digest`) a fetch completed.
+    completed_request: str | None = None
 
 
 @dataclass(frozen=True)
@@ -237,4 +239,5 @@ def cache_status(observation: CacheObservation) -> ModelCacheStatus:
         message=describe(observation) if state is not None and state.phase != FetchPhase.COMPLETE else None,
         bytes_done=progress.bytes_done if downloading and progress is not None else None,
         bytes_total=progress.bytes_total if downloading and progress is not None else None,
+        completed_request=observation.completed_request,
     )

@@ -183,6 +183,9 @@ class ModelCacheStatus(_Status):
     message: str | None = Field(None, description="The download's progress or failure, in words.")
     bytes_done: int | None = Field(None, ge=0, description="Bytes on the cache so far (while downloading).")
     bytes_total: int | None = Field(None, ge=0, description="Bytes to download, from the hub's file listing.")
+    completed_request: str | None = Field(
+        None, description="Digest of the download request a fetch completed: a new fetch Job for the same "
+        "request (another fetch image or token reference) holds no pod back.")
 
 
 class AdapterDownloadStatus(_Status):

@@ -223,10 +223,10 @@ def children_of(inputs: BuildInputs, *, autoscaler: AutoscalerKind | None, routi
     return Children(
         cache_claim=build_cache_claim(name, namespace, cache_plan) if cache_plan is not None else None,
         cache_claim_owned=claim_owned,
-        fetch_job=(build_fetch_job(name, namespace, spec, settings, cache_plan, inputs.image)
+        fetch_job=(build_fetch_job(name, namespace, spec, settings, cache_plan)
                    if cache_plan else None),
         adapter_fetch_jobs=tuple(
-            build_adapter_fetch_job(name, namespace, settings, cache_plan, fetch, inputs.image)
+            build_adapter_fetch_job(name, namespace, settings, cache_plan, fetch)
             for fetch in inputs.fetches_on_claim if cache_plan is not None
         ),
         names=names,

@@ -190,6 +190,7 @@ def build_engine_config(
     image: str,
     cache_plan: CachePlan | None,
     start_mode: GraphMode | None = None,
+    namespace: str | None = None,
 ) -> EngineConfig:
     """The engine config for resource ``name`` (``cache_plan``: what
     :func:`ascend_operator.builders.modelcache.plan_cache` made of the spec);
@@ -288,7 +289,8 @@ def build_engine_config(
             "schema_version": SCHEMA_VERSION,
             **({"distributed": distributed} if distributed else {}),
             **({"lora": lora} if lora else {}),
-            **({"compile_cache": {"root": CACHE_DIR}} if compile_cache else {}),
+            # The namespace is part of every compile key: one tenant never loads another's kernels.
+            **({"compile_cache": {"root": CACHE_DIR, "namespace": namespace}} if compile_cache else {}),
             "name": name,
             "image": image,
             "model": _set(

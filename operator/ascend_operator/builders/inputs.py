@@ -118,7 +118,8 @@ class BuildInputs:
         remembered = self.remembered
         return {
             adapter: fetch for fetch in self.fetches_on_claim for adapter in fetch.adapters
-            if fetch.job_name(self.name) in remembered.adapter_jobs_complete
+            if fetch.job_name(self.name, self.settings, self.cache_plan.claim_name if self.cache_plan else None)
+            in remembered.adapter_jobs_complete
             or remembered.adapters_served.get(adapter) == str(fetch.request.model_dir)
         }
 
@@ -141,7 +142,7 @@ class BuildInputs:
         key = remembered_mode_key(spec, image, meta.annotations.get(RETRY_GRAPH_ANNOTATION))
         start_mode = remembered.remembered_mode if remembered.remembered_for == key else None
         config = build_engine_config(meta.name, spec, settings, image=image, cache_plan=plans.cache_plan,
-                                     start_mode=start_mode)
+                                     start_mode=start_mode, namespace=meta.namespace)
         # The pod template carries a hash of the config *without* the remembered start mode:
         # remembering the mode that already runs must not roll healthy pods; new pods read it.
         rolled = config.model_copy(update={"graph": config.graph.model_copy(update={"start_mode": None})})

@@ -150,12 +150,14 @@ def _resources(spec: AscendLLMDeploymentSpec, resource_name: str | None, shm_siz
 
 
 def _model_wiring(
-    spec: AscendLLMDeploymentSpec, settings: OperatorSettings, cache_plan: CachePlan | None = None
+    spec: AscendLLMDeploymentSpec, settings: OperatorSettings, cache_plan: CachePlan | None = None,
+    namespace: str = "",
 ) -> tuple[list[dict], list[dict], list[dict]]:
-    """Volumes, mounts and env for the model source and its cache."""
+    """Volumes, mounts and env for the model source and its cache (``namespace``: the resource's,
+    for a hostPath cache's directory)."""
     if cache_plan is None:
         return _source_wiring(spec, settings)
-    cache_volumes, cache_mounts = serving_wiring(cache_plan)
+    cache_volumes, cache_mounts = serving_wiring(cache_plan, namespace, settings)
     if cache_plan.request is not None:  # a hub model on the cache: the engine downloads nothing
         return cache_volumes, cache_mounts, []
     volumes, mounts, env = _source_wiring(spec, settings)
@@ -279,7 +281,7 @@ def build_pod_template(
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{resource_name}']"}},
             }
         )
-    model_volumes, model_mounts, model_env = _model_wiring(spec, settings, cache_plan)
+    model_volumes, model_mounts, model_env = _model_wiring(spec, settings, cache_plan, inputs.meta.namespace)
     env.extend(model_env)
     env.extend(_engine_env_from(spec))
     env.extend(copy.deepcopy(dict(item)) for item in extra_env)
@@ -358,7 +360,7 @@ def build_pod_template(
     pod_security = pod_security_context(settings)
     pod_spec: dict[str, Any] = {
         # hostPath caches: each node downloads once, before the engine starts (done at once later).
-        **({"initContainers": [fetch_container(spec, cache_plan, settings, inputs.image, ports=False)]}
+        **({"initContainers": [fetch_container(cache_plan, settings, ports=False)]}
            if cache_plan is not None and cache_plan.by_init_container else {}),
         "containers": [container],
         "volumes": volumes,

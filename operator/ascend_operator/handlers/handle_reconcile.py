@@ -220,7 +220,10 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     label = label_value(name)
     cache_plan = plans.cache_plan
     # The hub adapters' downloads before the build: a completed one puts its adapters in the ConfigMap.
-    downloads = await handle_modelcache.observe_adapters(ctx, name, namespace, label, plans.adapter_fetches, now)
+    downloads = await handle_modelcache.observe_adapters(
+        ctx, name, namespace, label, plans.adapter_fetches, now,
+        claim_name=cache_plan.claim_name if cache_plan is not None else None)
+    completed_before = (previous.get("modelCache") or {}).get("completedRequest")
     names = ChildNames.for_resource(name)
     remembered = replace(
         _remembered(previous),
@@ -255,9 +258,10 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
             ctx.passes.forget(key)
     model_cache, refused = found.model_cache, found.refused
     if cache_plan is not None and model_cache is None:  # no Job, or the pass stopped before it
-        job = (ctx.watch_cache.get(JOB.kind, namespace, fetch_job_name(name, cache_plan), label)
+        job = (ctx.watch_cache.get(JOB.kind, namespace, fetch_job_name(name, cache_plan, ctx.settings), label)
                if cache_plan.by_job else None)
-        model_cache = await handle_modelcache.observe(ctx, name, namespace, label, cache_plan, job, pods, now)
+        model_cache = await handle_modelcache.observe(ctx, name, namespace, label, cache_plan, job, pods, now,
+                                                      completed_before)
     states = await ctx.pods.read_states(namespace, pods)
     observation = Observation(
         name=name,
@@ -344,8 +348,9 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
         if result.kind == workload_kind:
             found.workload = result.live
         if child is children.fetch_job and cache_plan is not None:
-            found.model_cache = await handle_modelcache.observe(ctx, name, namespace, label, cache_plan,
-                                                           result.live, pods, now)
+            found.model_cache = await handle_modelcache.observe(
+                ctx, name, namespace, label, cache_plan, result.live, pods, now,
+                ((body.get("status") or {}).get("modelCache") or {}).get("completedRequest"))
 
     if found.refused is None:
         for kind in CHILD_KINDS:
