@@ -527,6 +527,37 @@ RULE_CASES = {
         {"name": "a", "source": {"modelScope": {"id": "org/a", "revision": "v1..2"}}}]}},
     "lora hub and pvc": {"model": {**HF, "cache": {"claimName": "c"}}, "lora": {"adapters": [
         {"name": "a", "source": {"pvc": {"claimName": "ad"}, "huggingFace": {"id": "org/a"}}}]}},
+    # Warmup and graph capture against the engine's limits, set or defaulted (docs/validation.md).
+    "warmup concurrency at max": {"model": HF, "engine": {"maxNumSeqs": 16}, "warmup": {"concurrency": [1, 16]}},
+    "warmup concurrency above max": {"model": HF, "engine": {"maxNumSeqs": 8}, "warmup": {"concurrency": [1, 16]}},
+    "warmup concurrency above npu default": {"model": HF, "warmup": {"concurrency": [257]}},
+    "warmup concurrency at npu default": {"model": HF, "warmup": {"concurrency": [256]}},
+    "warmup concurrency above cpu default": {"model": HF, "platform": "CPU", "warmup": {"concurrency": [129]}},
+    "warmup concurrency above max, off": {"model": HF, "engine": {"maxNumSeqs": 8},
+                                          "warmup": {"enabled": False, "concurrency": [16]}},
+    "warmup concurrency above max set in args": {"model": HF, "engine": {
+        "maxNumSeqs": 8, "extraArgs": ["--max_num_seqs=32"]}, "warmup": {"concurrency": [16]}},
+    "warmup default concurrency above max": {"model": HF, "engine": {"maxNumSeqs": 4}},
+    "warmup lengths fit": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {
+        "promptLengths": [16, 480], "maxTokens": 24}},
+    "warmup length too long": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {"promptLengths": [16, 512]}},
+    "warmup max tokens push past": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {
+        "promptLengths": [480], "maxTokens": 25}},
+    "warmup defaults on a short model": {"model": HF, "engine": {"maxModelLen": 31}},
+    "warmup defaults on a long enough model": {"model": HF, "engine": {"maxModelLen": 32}},
+    "warmup max tokens on a short model": {"model": HF, "engine": {"maxModelLen": 256}, "warmup": {"maxTokens": 240}},
+    "warmup length with model length in args": {"model": HF, "engine": {
+        "maxModelLen": 512, "extraArgs": ["--max-model-len", "8192"]}, "warmup": {"promptLengths": [4096]}},
+    "decode graphs within max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [1, 8, 16]}},
+    "decode graphs above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [1, 32]}},
+    "decode graph max above default": {"model": HF, "graph": {"policy": "full_decode_only", "maxCaptureSize": 512}},
+    "piecewise graphs above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "piecewise", "captureSizes": [1, 512]}},
+    "decode graphs with speculative decoding": {"model": HF, "engine": {
+        "maxNumSeqs": 16, "extraArgs": ["--speculative-config", "{}"]}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [64]}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},
