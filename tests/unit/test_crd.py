@@ -586,3 +586,41 @@ def test_cel_rules_are_in_the_crd_where_the_model_declares_them() -> None:
     for model, paths in RULE_PATHS.items():
         for path in (paths,) if isinstance(paths, str) else paths:
             assert [r["rule"] for r in _rules_at(path)] == [rule.cel for rule in api.SPEC_RULES[model]]
+
+
+#: Cases of the engine-limit rules and the field each refusal names (the Python side; the CEL side
+#: agrees by test_cel_rules_and_model_rules_agree).
+LIMIT_REFUSALS = {
+    "warmup concurrency above max": "spec.warmup.concurrency",
+    "warmup concurrency above npu default": "spec.warmup.concurrency",
+    "warmup concurrency above cpu default": "spec.warmup.concurrency",
+    "warmup length too long": "spec.warmup.promptLengths",
+    "warmup max tokens push past": "spec.warmup.promptLengths",
+    "warmup defaults on a short model": "spec.warmup.promptLengths",
+    "warmup max tokens on a short model": "spec.warmup.promptLengths",
+    "decode graphs above max": "spec.graph.captureSizes",
+    "decode graph max above default": "spec.graph.captureSizes",
+}
+LIMIT_ADMITTED = (
+    "warmup concurrency at max", "warmup concurrency at npu default", "warmup concurrency above max, off",
+    "warmup concurrency above max set in args", "warmup default concurrency above max", "warmup lengths fit",
+    "warmup defaults on a long enough model", "warmup length with model length in args",
+    "decode graphs within max", "piecewise graphs above max", "decode graphs with speculative decoding",
+)
+
+
+@pytest.mark.parametrize("case", sorted(LIMIT_REFUSALS))
+def test_engine_limit_rules_refuse_naming_both_fields(case: str) -> None:
+    with pytest.raises(api.SpecError) as caught:
+        api.parse_spec(RULE_CASES[case])
+    [(path, message)] = caught.value.problems
+    assert path == LIMIT_REFUSALS[case]
+    assert "engine.maxNumSeqs" in message or "engine.maxModelLen" in message
+    assert path.removeprefix("spec.") in message
+    assert failing_cel_messages(RULE_CASES[case]) == {message}
+
+
+@pytest.mark.parametrize("case", LIMIT_ADMITTED)
+def test_engine_limit_rules_admit_what_fits(case: str) -> None:
+    api.parse_spec(RULE_CASES[case])
+    assert failing_cel_messages(RULE_CASES[case]) == set()
