@@ -5,7 +5,9 @@ when ``engine.maxModelLen`` is unset (the model's own, read from the engine's ``
 limits set through ``engine.extraArgs`` (read from the rendered command line). A value the user
 set that does not fit fails the start with the reason in ``/state`` and the log, never clipped;
 defaults that do not fit are left out or lowered with a warning in ``status.warmup.warnings``.
-Before issue 23 the first case clipped 1024 to the model length and turned Ready silently.
+Before issue 23 the runtime sent the first case's 1024 tokens unchecked (the engine's HTTP 400
+was the only reason), warmed the second at 8 on an engine that batches 4 and turned Ready, and
+cut the third's defaults without a word.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Warmup: the plan (pure) and its run against a small in-process HTTP server.
 
 The plan must cover every prompt length at every concurrency level plus the chat template, refuse
-what the user set beyond the engine's limits (never clip it) and fit the defaults with a warning; a run must fail, with the reason, on the first request that
-fails, and time out by the configured budget.
+what the user set beyond the engine's limits (never clip it) and fit the defaults with a warning;
+a run must fail, with the reason, on the first request that fails, and time out by the configured
+budget.
 """
 
 from __future__ import annotations

@@ -85,7 +85,9 @@ _MIN_DEFAULT_LENGTH = min(WarmupConfig().prompt_lengths)
 
 
 def _args_set(pattern: str) -> str:
-    return f"(has(self.engine) && has(self.engine.extraArgs) && self.engine.extraArgs.exists(a, a.matches('{pattern}')))"
+    """CEL: some engine.extraArgs token matches ``pattern``."""
+    return ("(has(self.engine) && has(self.engine.extraArgs) && "
+            f"self.engine.extraArgs.exists(a, a.matches('{_cel_quote(pattern)}')))")
 
 
 def _args_match(spec: AscendLLMDeploymentSpec, pattern: str) -> bool:
@@ -125,6 +127,52 @@ def _decode_graphs_fit(s: AscendLLMDeploymentSpec) -> bool:
 _DECODE_FLAGS = r"^--(max[-_]num[-_]seqs|performance[-_]mode|speculative[-_]config)(=|$)"
 _SEQS_CEL = (f"(has(self.engine) && has(self.engine.maxNumSeqs) ? self.engine.maxNumSeqs : {_IS_CPU} "
              f"? {CPU_DEFAULT_MAX_NUM_SEQS} : {NPU_DEFAULT_MAX_NUM_SEQS})")
+
+
+def _engine_limit_rules() -> tuple[SpecRule, ...]:
+    """Warmup and decode graphs against engine.maxNumSeqs / maxModelLen (docs/validation.md)."""
+    return (
+        SpecRule(
+            cel=f"!{_WARM} || !has(self.warmup) || !has(self.warmup.concurrency) "
+            f"|| {_args_set(MAX_NUM_SEQS_FLAGS)} || self.warmup.concurrency.all(c, c <= {_SEQS_CEL})",
+            message=(
+                "every warmup.concurrency entry must be at most engine.maxNumSeqs (unset: vLLM's default, "
+                f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): the engine never "
+                "batches more; lower warmup.concurrency or raise engine.maxNumSeqs"
+            ),
+            field_path=".warmup.concurrency",
+            holds=_concurrency_fits,
+        ),
+        SpecRule(
+            cel=f"!{_WARM} || !has(self.engine) || !has(self.engine.maxModelLen) || {_args_set(MAX_MODEL_LEN_FLAGS)} "
+            f"|| (has(self.warmup) && has(self.warmup.promptLengths) ? self.warmup.promptLengths.all(n, "
+            f"n + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen) "
+            f": {_MIN_DEFAULT_LENGTH} + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen)",
+            message=(
+                f"every warmup.promptLengths entry plus warmup.maxTokens plus {LENGTH_MARGIN} tokens of margin "
+                "must fit in engine.maxModelLen (promptLengths unset: the smallest default, "
+                f"{_MIN_DEFAULT_LENGTH}, must fit); lower warmup.promptLengths or warmup.maxTokens, or raise "
+                "engine.maxModelLen"
+            ),
+            field_path=".warmup.promptLengths",
+            holds=_lengths_fit,
+        ),
+        SpecRule(
+            cel="!has(self.graph) || !has(self.graph.policy) || self.graph.policy != 'full_decode_only' "
+            f"|| {_args_set(_DECODE_FLAGS)} || ((!has(self.graph.captureSizes) "
+            f"|| self.graph.captureSizes.all(n, n <= {_SEQS_CEL})) && (!has(self.graph.maxCaptureSize) "
+            f"|| self.graph.maxCaptureSize <= {_SEQS_CEL}))",
+            message=(
+                "graph.policy full_decode_only captures decode batches only, which hold at most "
+                "engine.maxNumSeqs requests (unset: vLLM's default, "
+                f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): a larger "
+                "graph.captureSizes entry or graph.maxCaptureSize is captured and never replayed; "
+                "lower them or raise engine.maxNumSeqs"
+            ),
+            field_path=".graph.captureSizes",
+            holds=_decode_graphs_fit,
+        ),
+    )
 
 
 def _served_name(spec: AscendLLMDeploymentSpec) -> str:
@@ -396,47 +444,7 @@ SPEC_RULES.update(
             ),
         ),
         AscendLLMDeploymentSpec: (
-            SpecRule(
-                cel=f"!{_WARM} || !has(self.warmup) || !has(self.warmup.concurrency) || {_args_set(_cel_quote(MAX_NUM_SEQS_FLAGS))} "
-                f"|| self.warmup.concurrency.all(c, c <= (has(self.engine) && has(self.engine.maxNumSeqs) "
-                f"? self.engine.maxNumSeqs : {_IS_CPU} ? {CPU_DEFAULT_MAX_NUM_SEQS} : {NPU_DEFAULT_MAX_NUM_SEQS}))",
-                message=(
-                    "every warmup.concurrency entry must be at most engine.maxNumSeqs (unset: vLLM's default, "
-                    f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): the engine never "
-                    "batches more; lower warmup.concurrency or raise engine.maxNumSeqs"
-                ),
-                field_path=".warmup.concurrency",
-                holds=_concurrency_fits,
-            ),
-            SpecRule(
-                cel=f"!{_WARM} || !has(self.engine) || !has(self.engine.maxModelLen) || {_args_set(_cel_quote(MAX_MODEL_LEN_FLAGS))} "
-                f"|| (has(self.warmup) && has(self.warmup.promptLengths) ? self.warmup.promptLengths.all(n, "
-                f"n + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen) "
-                f": {_MIN_DEFAULT_LENGTH} + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen)",
-                message=(
-                    f"every warmup.promptLengths entry plus warmup.maxTokens plus {LENGTH_MARGIN} tokens of margin "
-                    "must fit in engine.maxModelLen (promptLengths unset: the smallest default, "
-                    f"{_MIN_DEFAULT_LENGTH}, must fit); lower warmup.promptLengths or warmup.maxTokens, or raise "
-                    "engine.maxModelLen"
-                ),
-                field_path=".warmup.promptLengths",
-                holds=_lengths_fit,
-            ),
-            SpecRule(
-                cel="!has(self.graph) || !has(self.graph.policy) || self.graph.policy != 'full_decode_only' "
-                f"|| {_args_set(_cel_quote(_DECODE_FLAGS))} || ((!has(self.graph.captureSizes) "
-                f"|| self.graph.captureSizes.all(n, n <= {_SEQS_CEL})) && (!has(self.graph.maxCaptureSize) "
-                f"|| self.graph.maxCaptureSize <= {_SEQS_CEL}))",
-                message=(
-                    "graph.policy full_decode_only captures decode batches only, which hold at most "
-                    "engine.maxNumSeqs requests (unset: vLLM's default, "
-                    f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): a larger "
-                    "graph.captureSizes entry or graph.maxCaptureSize is captured and never replayed; "
-                    "lower them or raise engine.maxNumSeqs"
-                ),
-                field_path=".graph.captureSizes",
-                holds=_decode_graphs_fit,
-            ),
+            *_engine_limit_rules(),
             SpecRule(
                 cel=f"{_IS_CPU} || {_TP} * {_PP} * {_DP} == {_NODES} * {_PER_REPLICA}",
                 message=(
