@@ -3,7 +3,7 @@
 Each refusal is by the CRD's CEL rules at admission (HTTP 422) and names the field; each admitted
 neighbour (at the limit, a default that fits, a limit set through extraArgs, which admission cannot
 read and the runtime checks) is created, dry-run. The operator's Python rules agree on both
-(``parse_spec``). Before issue 23 the warmup and decode-graph cases below were all admitted.
+(``parse_spec``). Before issue 23 the warmup, decode-graph and running-target cases below were all admitted.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ REFUSED: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
      "spec.autoscaling.minReplicas", ("maxReplicas",)),
     ("autoscaling min 0 without scale-to-zero", {"model": HF, "autoscaling": {"minReplicas": 0, "maxReplicas": 4}},
      "spec.autoscaling.minReplicas", ("scaleToZero.enabled",)),
+    ("running-requests target above maxNumSeqs", {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 20}},
+     "spec.autoscaling.target", ("engine.maxNumSeqs", "never scale up")),
     ("parallelism beyond the NPUs", {"model": HF, "npu": {"perReplica": 4}, "parallelism": {"tensor": 8}},
      "spec.npu.perReplica", ("tensor x pipeline x data",)),
 ]

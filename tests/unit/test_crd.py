@@ -558,6 +558,15 @@ RULE_CASES = {
     "decode graphs with speculative decoding": {"model": HF, "engine": {
         "maxNumSeqs": 16, "extraArgs": ["--speculative-config", "{}"]}, "graph": {
         "policy": "full_decode_only", "captureSizes": [64]}},
+    "running target above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 20}},
+    "running target within data parallel engines": {"model": HF, "engine": {"maxNumSeqs": 16}, "npu": {
+        "perReplica": 2}, "parallelism": {"data": 2}, "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 24}},
+    "running target above cpu default": {"model": HF, "platform": "CPU", "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 200}},
+    "waiting target above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
+        "maxReplicas": 4, "target": 20}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},
@@ -600,12 +609,15 @@ LIMIT_REFUSALS = {
     "warmup max tokens on a short model": "spec.warmup.promptLengths",
     "decode graphs above max": "spec.graph.captureSizes",
     "decode graph max above default": "spec.graph.captureSizes",
+    "running target above max": "spec.autoscaling.target",
+    "running target above cpu default": "spec.autoscaling.target",
 }
 LIMIT_ADMITTED = (
     "warmup concurrency at max", "warmup concurrency at npu default", "warmup concurrency above max, off",
     "warmup concurrency above max set in args", "warmup default concurrency above max", "warmup lengths fit",
     "warmup defaults on a long enough model", "warmup length with model length in args",
     "decode graphs within max", "piecewise graphs above max", "decode graphs with speculative decoding",
+    "running target within data parallel engines", "waiting target above max",
 )
 
 

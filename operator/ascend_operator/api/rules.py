@@ -123,6 +123,13 @@ def _decode_graphs_fit(s: AscendLLMDeploymentSpec) -> bool:
     return all(size <= _seqs(s) for size in sizes)
 
 
+def _running_target_fits(s: AscendLLMDeploymentSpec) -> bool:
+    a = s.autoscaling
+    if a is None or a.signal != AutoscalingSignal.RUNNING or a.target is None:
+        return True
+    return _args_match(s, MAX_NUM_SEQS_FLAGS) or a.target <= _seqs(s) * s.parallelism.data
+
+
 #: Flags that change how many tokens a decode batch holds or its limit: then the sizes are the user's.
 _DECODE_FLAGS = r"^--(max[-_]num[-_]seqs|performance[-_]mode|speculative[-_]config)(=|$)"
 _SEQS_CEL = (f"(has(self.engine) && has(self.engine.maxNumSeqs) ? self.engine.maxNumSeqs : {_IS_CPU} "
@@ -130,7 +137,8 @@ _SEQS_CEL = (f"(has(self.engine) && has(self.engine.maxNumSeqs) ? self.engine.ma
 
 
 def _engine_limit_rules() -> tuple[SpecRule, ...]:
-    """Warmup and decode graphs against engine.maxNumSeqs / maxModelLen (docs/validation.md)."""
+    """Warmup, decode graphs and the running-requests target against engine.maxNumSeqs / maxModelLen
+    (docs/validation.md)."""
     return (
         SpecRule(
             cel=f"!{_WARM} || !has(self.warmup) || !has(self.warmup.concurrency) "
@@ -171,6 +179,21 @@ def _engine_limit_rules() -> tuple[SpecRule, ...]:
             ),
             field_path=".graph.captureSizes",
             holds=_decode_graphs_fit,
+        ),
+        SpecRule(
+            cel="!has(self.autoscaling) || !has(self.autoscaling.signal) "
+            "|| self.autoscaling.signal != 'runningRequestsPerReplica' || !has(self.autoscaling.target) "
+            f"|| {_args_set(MAX_NUM_SEQS_FLAGS)} "
+            f"|| double(self.autoscaling.target) <= double({_SEQS_CEL} * {_DP})",
+            message=(
+                "autoscaling.target of signal runningRequestsPerReplica must be at most engine.maxNumSeqs x "
+                "parallelism.data (unset maxNumSeqs: vLLM's default, "
+                f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): a replica never "
+                "runs more requests, so the autoscaler would never scale up; lower autoscaling.target or "
+                "raise engine.maxNumSeqs"
+            ),
+            field_path=".autoscaling.target",
+            holds=_running_target_fits,
         ),
     )
 
