@@ -231,11 +231,11 @@ class WarmupConfig(_Model):
     enabled: bool = True
     prompt_lengths: list[int] = Field(
         default_factory=lambda: [16, 256, 1024], min_length=1, max_length=32,
-        description="Prompt lengths in tokens (approximate), clipped to the model length.",
+        description="Prompt lengths in tokens; the defaults that do not fit the model length are left out.",
     )
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 4, 16], min_length=1, max_length=16,
-        description="Concurrency levels; the largest is clipped to the engine's max sequences.",
+        description="Concurrency levels; the defaults above the engine's max sequences are lowered to it.",
     )
     max_tokens: int = Field(8, ge=1, le=1024, description="Tokens generated per warmup request.")
     chat: bool = Field(True, description="Also warm the chat template path.")

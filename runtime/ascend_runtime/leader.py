@@ -59,6 +59,7 @@ from ascend_runtime.flags import graph_ladder
 from ascend_runtime.launch import LaunchKind, LaunchResult
 from ascend_runtime.logclass import Event, EventKind, Outcome
 from ascend_runtime.rolehost import RoleHost
+from ascend_runtime.enginelimits import engine_limits
 from ascend_runtime.warmup import run_warmup
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class LeaderRole:
         self._pre_commands_done = False
         #: This launch passes ``--shutdown-timeout``: the engine drains itself on SIGTERM.
         self._engine_drains = False
+        self._engine_argv: list[str] = []
         self._reconciler: AdapterReconciler | None = None
         self._adapter_token: str | None = None  # this launch's, for the engine's adapter gate
 
@@ -183,6 +185,7 @@ class LeaderRole:
             log.warning("engine flags: %s", warning)
         assert plan.engine_argv is not None  # only Ray workers run no engine
         self._engine_drains = "--shutdown-timeout" in plan.engine_argv
+        self._engine_argv = list(plan.engine_argv)
         if plan.pre_commands and not self._pre_commands_done:
             # Before the mode is published: workers start only once the leader's side is up.
             failed = await host.run_pre_commands(plan.pre_commands, plan.env)
@@ -326,9 +329,10 @@ class LeaderRole:
         self.store.set_warmup(WarmupReport(outcome="running"))
         if self.config.warmup.enabled:
             model = self.config.model.served_name or self.config.model.path
+            limits = engine_limits(self._engine_argv, self.config.engine, cpu=host.versions.platform == "cpu")
             warm = asyncio.create_task(run_warmup(
-                host.engine_base_url, model, self.config.warmup,
-                self.config.engine.max_model_len, self.config.engine.max_num_seqs,
+                host.engine_base_url, model, self.config.warmup, limits.max_model_len, limits.max_num_seqs,
+                limits.seqs_from,
             ))
             stop_wait = asyncio.create_task(host.stop_requested.wait())
             try:

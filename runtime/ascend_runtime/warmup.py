@@ -2,14 +2,18 @@
 
 First requests after start-up are slow on Ascend (kernels compile on first use, new shapes
 recompile), so a pod must not take traffic before it has served the shapes users send. The
-plan covers every configured prompt length at every configured concurrency level (clipped
-to what the engine accepts), as completions with exact token-id prompts (exact shapes,
+plan covers every configured prompt length at every configured concurrency level, as completions with exact token-id prompts (exact shapes,
 whatever the tokenizer) and, when enabled, once per concurrency level through the chat
 template. Every request must succeed; one that fails makes the warmup, and the start, fail.
 One exception: a model without a chat template (a base model) answers chat requests with HTTP
 400 naming the missing template. That is the model, not the engine: the remaining chat waves are
 skipped and the warmup succeeds with a warning saying so (``warmup.chat: false`` skips them from
 the start).
+
+The warmup is checked against the engine's limits before the first request
+(:func:`ascend_runtime.enginelimits.fit_warmup`): a prompt length or concurrency the user set
+that the engine cannot run fails the warmup with a reason naming both fields (never clipped);
+defaults that do not fit are left out or lowered with a warning in ``status.warmup.warnings``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from ascend_runtime.config import WarmupConfig
+from ascend_runtime.enginelimits import WarmupFit, fit_warmup
 
 #: Token ids used to build prompts: ordinary tokens in any real vocabulary (ids below ~100
 #: are often special or control tokens), cycled to the wanted length.
@@ -32,8 +37,6 @@ PROMPT_TOKEN_RANGE = range(100, 1000)
 #: "... you must provide a chat template if the tokenizer does not define one", "Cannot use chat
 #: template functions because tokenizer.chat_template is not set ...".
 _NO_TEMPLATE = re.compile(r"chat[ _]template", re.IGNORECASE)
-#: Tokens kept free between a prompt and the model length, besides the generated ones.
-LENGTH_MARGIN = 8
 
 
 @dataclass(frozen=True)
@@ -56,15 +59,21 @@ class WarmupResult:
 def plan_warmup(config: WarmupConfig, max_model_len: int | None, max_num_seqs: int | None) -> list[list[WarmupRequest]]:
     """The waves of requests to send: each inner list is sent concurrently.
 
-    Pure: the lengths are clipped to ``max_model_len - max_tokens - margin`` and concurrency
-    to ``max_num_seqs``; duplicates after clipping are dropped, order is ascending.
+    Pure. Raises :class:`WarmupRefused` when a value the user set does not fit the limits
+    (``None``: unknown); defaults that do not fit are left out or lowered (see :func:`fit_warmup`).
     """
 
-    limit = None if max_model_len is None else max(1, max_model_len - config.max_tokens - LENGTH_MARGIN)
-    lengths = sorted({min(length, limit) if limit else length for length in config.prompt_lengths})
-    levels = sorted({min(level, max_num_seqs) if max_num_seqs else level for level in config.concurrency})
+    return waves_of(config, fit_warmup(config, max_model_len, max_num_seqs))
+
+
+def waves_of(config: WarmupConfig, fit: WarmupFit) -> list[list[WarmupRequest]]:
+    """The waves for an already checked ``fit``, ascending by concurrency then length."""
+
+    if fit.refusals:
+        raise WarmupRefused("; ".join(fit.refusals))
+    lengths = sorted(set(fit.prompt_lengths))
     waves: list[list[WarmupRequest]] = []
-    for level in levels:
+    for level in sorted(set(fit.concurrency)):
         for length in lengths:
             waves.append([WarmupRequest("completion", length, level)] * level)
         if config.chat:
@@ -112,16 +121,40 @@ def api_key_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+class WarmupRefused(WarmupError):
+    """The warmup asks for more than the engine's limits allow (nothing was sent)."""
+
+
 class NoChatTemplate(WarmupError):
     """The engine refused a chat request because the model defines no chat template."""
 
 
+async def engine_max_model_len(session: aiohttp.ClientSession, base: str, model: str) -> int | None:
+    """The ``max_model_len`` the engine reports for ``model`` on ``/v1/models`` (vLLM lists it)."""
+
+    try:
+        async with session.get(f"{base}/v1/models") as response:
+            if response.status != 200:
+                return None
+            listing = await response.json(content_type=None)
+    except (aiohttp.ClientError, ValueError):
+        return None
+    for entry in listing.get("data", []) if isinstance(listing, dict) else []:
+        if isinstance(entry, dict) and entry.get("id") == model and isinstance(entry.get("max_model_len"), int):
+            return entry["max_model_len"]
+    return None
+
+
 async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_len: int | None,
-                     max_num_seqs: int | None) -> WarmupResult:
-    """Send the plan to the engine at ``base_url``; never raises for engine errors."""
+                     max_num_seqs: int | None, seqs_from: str = "") -> WarmupResult:
+    """Send the plan to the engine at ``base_url``; never raises for engine errors.
+
+    ``max_model_len`` None: the engine's own (the model's config.json), read from ``/v1/models``
+    before the first request; ``max_num_seqs`` None: not checked. A warmup that does not fit
+    fails here, before anything is sent, with the reason (``status.warmup.reason``).
+    """
 
     started = time.monotonic()
-    waves = plan_warmup(config, max_model_len, max_num_seqs)
     sent = 0
     steps: list[dict] = []
     warnings: list[str] = []
@@ -129,8 +162,15 @@ async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_
     try:
         async with aiohttp.ClientSession(timeout=timeout, headers=api_key_headers()) as session:
             async with asyncio.timeout(config.timeout_s):
-                for wave in waves:
-                    if wave[0].kind == "chat" and warnings:
+                len_from = ""
+                if max_model_len is None:
+                    max_model_len = await engine_max_model_len(session, base_url, model)
+                    len_from = " (engine.maxModelLen unset: the model's own, as the engine reports it)"
+                fit = fit_warmup(config, max_model_len, max_num_seqs, len_from, seqs_from)
+                warnings.extend(fit.notes)
+                no_template = False
+                for wave in waves_of(config, fit):
+                    if wave[0].kind == "chat" and no_template:
                         continue  # no chat template: the other chat waves would fail alike
                     wave_start = time.monotonic()
                     outcomes = await asyncio.gather(*(
@@ -142,6 +182,7 @@ async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_
                     if failures and all(isinstance(error, NoChatTemplate) for error in failures):
                         warnings.append(f"chat warmup skipped: {failures[0]} (set warmup.chat: false to "
                                         "skip it without trying)")
+                        no_template = True
                         continue
                     for error in failures:
                         if not isinstance(error, NoChatTemplate):

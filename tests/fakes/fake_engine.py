@@ -70,6 +70,10 @@ as it does in vLLM. ``FAKE_ENGINE_LORA_FAIL_LOADS``: the first N loads (counted 
 HTTP 500, as an engine error would, after printing ``FAKE_ENGINE_LORA_FAIL_LOG`` when set (vLLM's
 worker-exception lines for a refused adapter; the engine serves on).
 
+Model length: ``--max-model-len N`` (default ``FAKE_ENGINE_MAX_MODEL_LEN``, else 2048, standing in
+for the model's config.json) is listed as ``max_model_len`` on ``/v1/models`` as vLLM lists it; a
+completion whose token-id prompt plus ``max_tokens`` exceeds it gets vLLM's HTTP 400.
+
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
 
@@ -116,6 +120,7 @@ class FakeEngine:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.graph = not args.enforce_eager
+        self.max_model_len = args.max_model_len
         self.started = time.monotonic()
         self.startup_s = env_float("FAKE_ENGINE_STARTUP_S") or 0.2
         self.engines = [EngineCore(index) for index in range(max(1, args.data_parallel_size))]
@@ -161,7 +166,8 @@ class FakeEngine:
         return web.Response(status=200 if self.ready() and not self.draining else 503)
 
     async def models(self, _: web.Request) -> web.Response:
-        cards = [{"id": self.base_name, "object": "model", "root": self.args.model, "parent": None}]
+        cards = [{"id": self.base_name, "object": "model", "root": self.args.model, "parent": None,
+                  "max_model_len": self.max_model_len}]
         cards += [{"id": name, "object": "model", "root": path, "parent": self.base_name}
                   for name, path in self.loras.items()]
         return web.json_response({"object": "list", "data": cards})
@@ -210,6 +216,12 @@ class FakeEngine:
                        "provide a chat template if the tokenizer does not define one.")
             return web.json_response({"object": "error", "message": message, "type": "BadRequestError",
                                       "param": None, "code": 400}, status=400)
+        prompt = body.get("prompt")
+        asked = (len(prompt) if isinstance(prompt, list) else 0) + int(body.get("max_tokens") or 16)
+        if asked > self.max_model_len:
+            message = (f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                       f"requested {asked} tokens. Please reduce the length of the input prompt.")
+            return vllm_error(message, "BadRequestError", 400)
         core = self.route(request)
         core.running += 1
         try:
@@ -410,6 +422,7 @@ async def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--shutdown-timeout", type=float, default=None)
+    parser.add_argument("--max-model-len", type=int, default=int(os.environ.get("FAKE_ENGINE_MAX_MODEL_LEN", "2048")))
     parser.add_argument("--headless", action="store_true")
     parser.add_argument("--data-parallel-start-rank", type=int, default=None)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)

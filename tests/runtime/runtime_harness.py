@@ -29,8 +29,12 @@ def free_port() -> int:
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra`` merged in; a ``None`` in ``extra`` removes the key (back to the default)."""
     out = dict(base)
     for key, value in extra.items():
+        if value is None:
+            out.pop(key, None)
+            continue
         out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 

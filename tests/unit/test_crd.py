@@ -533,6 +533,46 @@ RULE_CASES = {
     "pvc subPath with ..": {"model": {"pvc": {"claimName": "w", "subPath": "models/../../other"}}},
     "cache hostPath with ..": {"model": {**HF, "cache": {"hostPath": "/data/llm-cache/../../etc"}}},
     "cache hostPath with .": {"model": {**HF, "cache": {"hostPath": "/data/llm-cache/./x"}}},
+    # Warmup and graph capture against the engine's limits, set or defaulted (docs/validation.md).
+    "warmup concurrency at max": {"model": HF, "engine": {"maxNumSeqs": 16}, "warmup": {"concurrency": [1, 16]}},
+    "warmup concurrency above max": {"model": HF, "engine": {"maxNumSeqs": 8}, "warmup": {"concurrency": [1, 16]}},
+    "warmup concurrency above npu default": {"model": HF, "warmup": {"concurrency": [257]}},
+    "warmup concurrency at npu default": {"model": HF, "warmup": {"concurrency": [256]}},
+    "warmup concurrency above cpu default": {"model": HF, "platform": "CPU", "warmup": {"concurrency": [129]}},
+    "warmup concurrency above max, off": {"model": HF, "engine": {"maxNumSeqs": 8},
+                                          "warmup": {"enabled": False, "concurrency": [16]}},
+    "warmup concurrency above max set in args": {"model": HF, "engine": {
+        "maxNumSeqs": 8, "extraArgs": ["--max_num_seqs=32"]}, "warmup": {"concurrency": [16]}},
+    "warmup default concurrency above max": {"model": HF, "engine": {"maxNumSeqs": 4}},
+    "warmup lengths fit": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {
+        "promptLengths": [16, 480], "maxTokens": 24}},
+    "warmup length too long": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {"promptLengths": [16, 512]}},
+    "warmup max tokens push past": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {
+        "promptLengths": [480], "maxTokens": 25}},
+    "warmup defaults on a short model": {"model": HF, "engine": {"maxModelLen": 31}},
+    "warmup defaults on a long enough model": {"model": HF, "engine": {"maxModelLen": 32}},
+    "warmup max tokens on a short model": {"model": HF, "engine": {"maxModelLen": 256}, "warmup": {"maxTokens": 240}},
+    "warmup length with model length in args": {"model": HF, "engine": {
+        "maxModelLen": 512, "extraArgs": ["--max-model-len", "8192"]}, "warmup": {"promptLengths": [4096]}},
+    "decode graphs within max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [1, 8, 16]}},
+    "decode graphs above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [1, 32]}},
+    "decode graph max above default": {"model": HF, "graph": {"policy": "full_decode_only", "maxCaptureSize": 512}},
+    "piecewise graphs above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "piecewise", "captureSizes": [1, 512]}},
+    "decode graphs with speculative decoding": {"model": HF, "engine": {
+        "maxNumSeqs": 16, "extraArgs": ["--speculative-config", "{}"]}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [64]}},
+    "running target above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 20}},
+    "running target within data parallel engines": {"model": HF, "engine": {"maxNumSeqs": 16}, "npu": {
+        "perReplica": 2}, "parallelism": {"data": 2}, "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 24}},
+    "running target above cpu default": {"model": HF, "platform": "CPU", "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 200}},
+    "waiting target above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
+        "maxReplicas": 4, "target": 20}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},
@@ -589,3 +629,42 @@ def test_cache_claim_transition_rules_agree_in_cel_and_python_and_sit_on_the_cla
     assert cel_failed == python_failed
     assert [m for m in cel_failed if refused is None or not m.startswith(refused)] == []
     assert bool(cel_failed) == (refused is not None)
+#: Cases of the engine-limit rules and the field each refusal names (the Python side; the CEL side
+#: agrees by test_cel_rules_and_model_rules_agree).
+LIMIT_REFUSALS = {
+    "warmup concurrency above max": "spec.warmup.concurrency",
+    "warmup concurrency above npu default": "spec.warmup.concurrency",
+    "warmup concurrency above cpu default": "spec.warmup.concurrency",
+    "warmup length too long": "spec.warmup.promptLengths",
+    "warmup max tokens push past": "spec.warmup.promptLengths",
+    "warmup defaults on a short model": "spec.warmup.promptLengths",
+    "warmup max tokens on a short model": "spec.warmup.promptLengths",
+    "decode graphs above max": "spec.graph.captureSizes",
+    "decode graph max above default": "spec.graph.captureSizes",
+    "running target above max": "spec.autoscaling.target",
+    "running target above cpu default": "spec.autoscaling.target",
+}
+LIMIT_ADMITTED = (
+    "warmup concurrency at max", "warmup concurrency at npu default", "warmup concurrency above max, off",
+    "warmup concurrency above max set in args", "warmup default concurrency above max", "warmup lengths fit",
+    "warmup defaults on a long enough model", "warmup length with model length in args",
+    "decode graphs within max", "piecewise graphs above max", "decode graphs with speculative decoding",
+    "running target within data parallel engines", "waiting target above max",
+)
+
+
+@pytest.mark.parametrize("case", sorted(LIMIT_REFUSALS))
+def test_engine_limit_rules_refuse_naming_both_fields(case: str) -> None:
+    with pytest.raises(api.SpecError) as caught:
+        api.parse_spec(RULE_CASES[case])
+    [(path, message)] = caught.value.problems
+    assert path == LIMIT_REFUSALS[case]
+    assert "engine.maxNumSeqs" in message or "engine.maxModelLen" in message
+    assert path.removeprefix("spec.") in message
+    assert failing_cel_messages(RULE_CASES[case]) == {message}
+
+
+@pytest.mark.parametrize("case", LIMIT_ADMITTED)
+def test_engine_limit_rules_admit_what_fits(case: str) -> None:
+    api.parse_spec(RULE_CASES[case])
+    assert failing_cel_messages(RULE_CASES[case]) == set()

@@ -261,13 +261,20 @@ class WarmupSpec(SpecModel):
         None,
         min_length=1,
         max_length=32,
-        description=f"Prompt lengths in tokens, clipped to the model length. Default: {_WARMUP_DEFAULTS.prompt_lengths}.",
+        description=(
+            "Prompt lengths in tokens; each plus maxTokens and 8 tokens of margin must fit in "
+            "engine.maxModelLen (refused otherwise). Default: "
+            f"{_WARMUP_DEFAULTS.prompt_lengths}, those that fit (a warning names the others)."
+        ),
     )
     concurrency: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
         None,
         min_length=1,
         max_length=16,
-        description=f"Concurrency levels, clipped to maxNumSeqs. Default: {_WARMUP_DEFAULTS.concurrency}.",
+        description=(
+            "Concurrency levels; each at most engine.maxNumSeqs (refused otherwise). Default: "
+            f"{_WARMUP_DEFAULTS.concurrency}, lowered to maxNumSeqs with a warning where above it."
+        ),
     )
     max_tokens: int | None = Field(
         None,

@@ -45,7 +45,16 @@ from ascend_operator.api.model import (
 from ascend_operator.api.replica import EngineSpec, GraphSpec, Toleration
 from ascend_operator.api.spec import AscendLLMDeploymentSpec, display_model
 from ascend_operator.reserved import RESERVED_ENV, RESERVED_FLAGS, ReservedEnv, ReservedFlag
-from ascend_runtime.config import LORA_RANKS, Chip, GraphPolicy
+from ascend_runtime.config import LORA_RANKS, Chip, GraphPolicy, WarmupConfig
+from ascend_runtime.enginelimits import (
+    CPU_DEFAULT_MAX_NUM_SEQS,
+    LENGTH_MARGIN,
+    MAX_MODEL_LEN_FLAGS,
+    MAX_NUM_SEQS_FLAGS,
+    NPU_DEFAULT_MAX_NUM_SEQS,
+    default_max_num_seqs,
+    prompt_fits,
+)
 
 
 def _cel_or(path: str, default: str) -> str:
@@ -76,6 +85,128 @@ _SERVED = (
     "(has(self.model.servedName) ? self.model.servedName : has(self.model.huggingFace) ? "
     "self.model.huggingFace.id : has(self.model.modelScope) ? self.model.modelScope.id : '')"
 )
+
+
+# Warmup against the engine's limits (spec level: warmup, engine and platform together). A limit
+# set through engine.extraArgs is not readable here: the runtime checks the rendered command line.
+_WARM = "(!has(self.warmup) || !has(self.warmup.enabled) || self.warmup.enabled)"
+_MAX_TOKENS = (f"(has(self.warmup) && has(self.warmup.maxTokens) ? self.warmup.maxTokens "
+               f": {WarmupConfig().max_tokens})")
+_MIN_DEFAULT_LENGTH = min(WarmupConfig().prompt_lengths)
+
+
+def _args_set(pattern: str) -> str:
+    """CEL: some engine.extraArgs token matches ``pattern``."""
+    return ("(has(self.engine) && has(self.engine.extraArgs) && "
+            f"self.engine.extraArgs.exists(a, a.matches('{_cel_quote(pattern)}')))")
+
+
+def _args_match(spec: AscendLLMDeploymentSpec, pattern: str) -> bool:
+    return any(re.search(pattern, token) for token in spec.engine.extra_args)
+
+
+def _seqs(spec: AscendLLMDeploymentSpec) -> int:
+    """engine.maxNumSeqs, else vLLM's default for the platform (CPU replicas run tensor x pipeline 1)."""
+    if spec.engine.max_num_seqs is not None:
+        return spec.engine.max_num_seqs
+    return default_max_num_seqs(spec.platform == Platform.CPU)
+
+
+def _concurrency_fits(s: AscendLLMDeploymentSpec) -> bool:
+    return (not s.warmup.enabled or s.warmup.concurrency is None or _args_match(s, MAX_NUM_SEQS_FLAGS)
+            or all(level <= _seqs(s) for level in s.warmup.concurrency))
+
+
+def _lengths_fit(s: AscendLLMDeploymentSpec) -> bool:
+    limit = s.engine.max_model_len
+    if not s.warmup.enabled or limit is None or _args_match(s, MAX_MODEL_LEN_FLAGS):
+        return True
+    tokens = s.warmup.max_tokens or WarmupConfig().max_tokens
+    lengths = s.warmup.prompt_lengths or [_MIN_DEFAULT_LENGTH]
+    return all(prompt_fits(length, tokens, limit) for length in lengths)
+
+
+def _decode_graphs_fit(s: AscendLLMDeploymentSpec) -> bool:
+    g = s.graph
+    if g.policy != GraphPolicy.FULL_DECODE_ONLY or _args_match(s, _DECODE_FLAGS):
+        return True
+    sizes = [*(g.capture_sizes or ()), *([g.max_capture_size] if g.max_capture_size is not None else [])]
+    return all(size <= _seqs(s) for size in sizes)
+
+
+def _running_target_fits(s: AscendLLMDeploymentSpec) -> bool:
+    a = s.autoscaling
+    if a is None or a.signal != AutoscalingSignal.RUNNING or a.target is None:
+        return True
+    return _args_match(s, MAX_NUM_SEQS_FLAGS) or a.target <= _seqs(s) * s.parallelism.data
+
+
+#: Flags that change how many tokens a decode batch holds or its limit: then the sizes are the user's.
+_DECODE_FLAGS = r"^--(max[-_]num[-_]seqs|performance[-_]mode|speculative[-_]config)(=|$)"
+_SEQS_CEL = (f"(has(self.engine) && has(self.engine.maxNumSeqs) ? self.engine.maxNumSeqs : {_IS_CPU} "
+             f"? {CPU_DEFAULT_MAX_NUM_SEQS} : {NPU_DEFAULT_MAX_NUM_SEQS})")
+
+
+def _engine_limit_rules() -> tuple[SpecRule, ...]:
+    """Warmup, decode graphs and the running-requests target against engine.maxNumSeqs / maxModelLen
+    (docs/validation.md)."""
+    return (
+        SpecRule(
+            cel=f"!{_WARM} || !has(self.warmup) || !has(self.warmup.concurrency) "
+            f"|| {_args_set(MAX_NUM_SEQS_FLAGS)} || self.warmup.concurrency.all(c, c <= {_SEQS_CEL})",
+            message=(
+                "every warmup.concurrency entry must be at most engine.maxNumSeqs (unset: vLLM's default, "
+                f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): the engine never "
+                "batches more; lower warmup.concurrency or raise engine.maxNumSeqs"
+            ),
+            field_path=".warmup.concurrency",
+            holds=_concurrency_fits,
+        ),
+        SpecRule(
+            cel=f"!{_WARM} || !has(self.engine) || !has(self.engine.maxModelLen) || {_args_set(MAX_MODEL_LEN_FLAGS)} "
+            f"|| (has(self.warmup) && has(self.warmup.promptLengths) ? self.warmup.promptLengths.all(n, "
+            f"n + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen) "
+            f": {_MIN_DEFAULT_LENGTH} + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen)",
+            message=(
+                f"every warmup.promptLengths entry plus warmup.maxTokens plus {LENGTH_MARGIN} tokens of margin "
+                "must fit in engine.maxModelLen (promptLengths unset: the smallest default, "
+                f"{_MIN_DEFAULT_LENGTH}, must fit); lower warmup.promptLengths or warmup.maxTokens, or raise "
+                "engine.maxModelLen"
+            ),
+            field_path=".warmup.promptLengths",
+            holds=_lengths_fit,
+        ),
+        SpecRule(
+            cel="!has(self.graph) || !has(self.graph.policy) || self.graph.policy != 'full_decode_only' "
+            f"|| {_args_set(_DECODE_FLAGS)} || ((!has(self.graph.captureSizes) "
+            f"|| self.graph.captureSizes.all(n, n <= {_SEQS_CEL})) && (!has(self.graph.maxCaptureSize) "
+            f"|| self.graph.maxCaptureSize <= {_SEQS_CEL}))",
+            message=(
+                "graph.policy full_decode_only captures decode batches only, which hold at most "
+                "engine.maxNumSeqs requests (unset: vLLM's default, "
+                f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): a larger "
+                "graph.captureSizes entry or graph.maxCaptureSize is captured and never replayed; "
+                "lower them or raise engine.maxNumSeqs"
+            ),
+            field_path=".graph.captureSizes",
+            holds=_decode_graphs_fit,
+        ),
+        SpecRule(
+            cel="!has(self.autoscaling) || !has(self.autoscaling.signal) "
+            "|| self.autoscaling.signal != 'runningRequestsPerReplica' || !has(self.autoscaling.target) "
+            f"|| {_args_set(MAX_NUM_SEQS_FLAGS)} "
+            f"|| double(self.autoscaling.target) <= double({_SEQS_CEL} * {_DP})",
+            message=(
+                "autoscaling.target of signal runningRequestsPerReplica must be at most engine.maxNumSeqs x "
+                "parallelism.data (unset maxNumSeqs: vLLM's default, "
+                f"{NPU_DEFAULT_MAX_NUM_SEQS} on NPUs, {CPU_DEFAULT_MAX_NUM_SEQS} on CPU): a replica never "
+                "runs more requests, so the autoscaler would never scale up; lower autoscaling.target or "
+                "raise engine.maxNumSeqs"
+            ),
+            field_path=".autoscaling.target",
+            holds=_running_target_fits,
+        ),
+    )
 
 
 def _served_name(spec: AscendLLMDeploymentSpec) -> str:
@@ -357,6 +488,7 @@ SPEC_RULES.update(
             ),
         ),
         AscendLLMDeploymentSpec: (
+            *_engine_limit_rules(),
             SpecRule(
                 cel=f"{_IS_CPU} || {_TP} * {_PP} * {_DP} == {_NODES} * {_PER_REPLICA}",
                 message=(
