@@ -2,36 +2,8 @@
 
 Everything that reads or writes children, pods or the resource's status goes through :class:`Kube`,
 so the API error policy lives in one place (the pods' own ``/state`` and ``/progress`` are read by
-:mod:`ascend_operator.podreads`):
-
-- Children are written with **server-side apply** (field manager from the settings,
-  ``ascend-llm-operator``, ``force=True``): fields the operator stops setting are removed, fields
-  other controllers set (a Service's clusterIP, defaulted fields) are kept, and a missing child is
-  created by the same request. ``force`` is deliberate: a field someone took over with
-  ``kubectl edit`` comes back under the operator's control (that is the reconcile).
-- A child is written when its ``llm.ascend.dev/spec-hash`` annotation differs from the desired
-  one, or when a field the operator sets drifted (someone edited, scaled or replaced it; see
-  ``ascend_operator.drift``); a resync that finds neither sends no write.
-- A child the API server refuses (HTTP 400, 403, 409, 422: invalid, forbidden by admission or
-  quota) is reported as :class:`ChildRefused` with the server's message, which names the field.
-- A child that exists but is not owned by the resource (no owner reference with its uid) is never
-  touched: :meth:`Kube.ensure` reports a conflict instead.
-- Requests are built from a :class:`ChildKind` (path, verb) and sent through the client's
-  connection pool and credentials (:meth:`Kube._request`), not through the typed API classes,
-  which validate every argument with pydantic; listing a custom kind whose CRD the cluster does
-  not serve (LeaderWorkerSet, KEDA ScaledObject, InferencePool, HTTPRoute) gives no items.
-- 404 on delete is success (already gone).
-
-Discovery (:meth:`Kube.served`): the group/versions the API server lists under ``/apis``, cached
-for the settings' ``discovery_ttl_s`` and refreshed by the first reconcile (usually a resync) after
-that. ``/api`` and ``/apis`` are non-resource URLs that the built-in ``system:discovery``
-ClusterRole lets every authenticated client read, so they need no rule in ``ascend_operator.rbac``.
-
-The client is synchronous; every call runs in one of the :class:`Kube`'s own worker threads so
-kopf's event loop never blocks, and the client's connection pool holds one connection per worker
-(urllib3 would otherwise discard connections: "Connection pool is full"). The
-:class:`kubernetes.client.ApiClient` is created once per process (its first use costs about a
-second of lazy imports).
+:mod:`ascend_operator.podreads`). The policy (server-side apply, when a child is written, refused
+and foreign children, discovery, threads): ``docs/operator.md`` ("The API client").
 """
 
 from __future__ import annotations

@@ -1,43 +1,10 @@
 """The leader's graph-mode ladder: one launch per rung, and what its outcome means for the next.
 
 A single-node replica, and the leader of a multi-node group, run this role
-(:class:`LeaderRole`). Each launch runs one rung of :func:`ascend_runtime.flags.graph_ladder`:
-
-==================================  ===============================================
-outcome of a launch                 next step
-==================================  ===============================================
-graph capture failure (start-up)    one rung down at once (no backoff), if allowed
-graph capture or compilation that   one rung down (``capture_timeout``): past
-never ends                          ``graph.captureTimeoutS`` from its first line, or
-                                    ``runtime.readyTimeoutS`` once capture began
-replay failures while serving       counted; ``graph.replayFailureThreshold`` of
-                                    them within the window -> one rung down
-crash, OOM (also during capture),   relaunch the same rung after a backoff, counted
-warmup failure, slow load           (the supervisor's restart loop)
-SIGTERM                             readiness fails, in-flight requests drain, exit 0
-==================================  ===============================================
-
-The capture-failure path does not wait for the engine to exit (vLLM can take a while to tear
-down its workers): the log classifier's event triggers the relaunch as soon as the failure line
-is printed.
-
-With ``runtime.stateDir`` (an emptyDir: it outlives the container, not the pod) the rung, the
-fallbacks and the last reason are written to :data:`LADDER_FILE` at every step down, and a
-restarted container of the same pod resumes there (``/state``'s ``resumed`` says so) instead of
-at the top. A file written for another ladder, image or model is ignored.
-
-Multi-node leaders run the plan's pre-commands before their first engine (Ray: ``ray start
---head``; once, the Ray head outlives engine relaunches), and before every engine, when the plan
-says so, poll ``workers_ready_command`` until every node has joined (phase Loading, "waiting for
-N workers", bounded by ``runtime.readyTimeoutS``). The graph mode is published on ``/state`` from
-the start of each launch, ``enginePid`` while that engine runs (None in between); workers follow
-both (:mod:`ascend_runtime.worker`).
-
-With ``lora`` enabled, the leader runs the adapter reconciler (:mod:`ascend_runtime.adapters`):
-one pass after warmup, before the phase turns Ready (so the adapters of the file are served
-from the first ready moment, a failing one retried later), then every ``lora.pollIntervalS``
-while serving. A new engine starts with no adapters: ``/state``'s ``adapters`` is emptied
-when a serving engine ends.
+(:class:`LeaderRole`). Each launch runs one rung of :func:`ascend_runtime.flags.graph_ladder`;
+what each outcome leads to, the ladder file that lets a restarted container resume, and what a
+multi-node leader does before its engines: ``docs/runtime.md`` ("The leader's ladder"). The
+adapter reconciler it runs with ``lora``: ``docs/lora.md`` ("The runtime side").
 """
 
 from __future__ import annotations

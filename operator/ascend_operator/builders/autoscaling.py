@@ -1,52 +1,11 @@
 """Autoscalers of an ``AscendLLMDeployment`` (pure): the choice, the HPA and the KEDA ScaledObject.
 
-Both autoscalers target the **resource itself** through its scale subresource
-(``scaleTargetRef: llm.ascend.dev/v1alpha1 AscendLLMDeployment <name>``), never the Deployment or
-LeaderWorkerSet: the autoscaler writes ``AscendLLMDeployment.spec.replicas``, the operator copies
-it into its workload. One writer per field, so nothing fights; ``kubectl scale`` on the resource
-works the same way when autoscaling is off, and is overwritten by the autoscaler when it is on.
-The scale subresource's selector (``status.selector``, see
-:func:`ascend_operator.builders.common.scale_selector_string`) matches one pod per replica (the
-group leader for multi-node replicas), which is what an HPA divides a per-pod metric by.
-
-**HPA** (``autoscaling/v2``): a ``Pods`` metric served by prometheus-adapter through
-``custom.metrics.k8s.io``. The adapter must expose the engine's gauges under the names in the
-operator settings (``hpa_metric_*``, default ``vllm_num_requests_waiting``,
-``vllm_num_requests_running``, ``vllm_kv_cache_usage_perc``), per pod, e.g.::
-
-    rules:
-    - seriesQuery: '{__name__=~"vllm:num_requests_(waiting|running)",namespace!="",pod!=""}'
-      resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-      name: {matches: "^vllm:(.*)$", as: "vllm_${1}"}
-      metricsQuery: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
-    - seriesQuery: '{__name__="vllm:kv_cache_usage_perc",namespace!="",pod!=""}'
-      resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
-      name: {matches: "^vllm:(.*)$", as: "vllm_${1}"}
-      metricsQuery: 'avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
-
-(sum per pod for the request gauges: a pod with data parallel > 1 reports one series per engine;
-average for the KV cache fraction). The HPA then holds the average over the replicas' pods at
-``target`` (``AverageValue``). An HPA cannot scale to zero or evaluate PromQL.
-
-**KEDA** (``keda.sh/v1alpha1`` ScaledObject): a Prometheus trigger on ``keda_prometheus_address``
-whose query sums (or, for the KV cache, averages) the signal over the resource's series, which
-carry ``namespace`` and the instance label the chart's ServiceMonitor copies from the Service
-(``prometheus_instance_label``). ``AverageValue`` divides the sum by the replicas, ``Value``
-(KV cache) compares the average directly. Scale-to-zero: ``minReplicaCount: 0`` (or
-``idleReplicaCount: 0`` above a non-zero ``minReplicaCount``), ``cooldownPeriod`` =
-``scaleToZero.idleSeconds``, and a second trigger on ``scaleToZero.activationQuery`` (rewritten
-to 1 while it exceeds ``activationThreshold``, else 0, with threshold 1), because a model at zero
-replicas has no engine series to wake it; that trigger asks for at most one replica.
-
-The behaviour (both kinds) comes from ``spec.autoscaling.scaleUp`` / ``scaleDown`` with the
-defaults in :mod:`ascend_operator.api` (30 s window and 1 pod / 60 s up; 600 s window and
-1 pod / 120 s down): a replica takes minutes to start, so adding faster only overshoots, and
-removing one costs a cold start to get back. With both ``pods`` and ``percent`` set, scale-up
-takes the larger step (``selectPolicy: Max``) and scale-down the smaller (``Min``).
-
-:func:`choose_autoscaler` decides which one to create from the spec, the operator setting and
-the API groups the cluster serves; its reason and message are for the reconcile layer's
-condition and Event.
+Both target the resource itself through its scale subresource, never its Deployment or
+LeaderWorkerSet: the autoscaler writes ``spec.replicas`` and the operator copies it into the
+workload, so each field has one writer. :func:`choose_autoscaler` decides which one to create
+from the spec, the operator setting and the API groups the cluster serves; its reason and message
+are for the reconcile layer's condition and Event. Signals, adapter rules, KEDA triggers,
+scale-to-zero and the behaviour defaults: ``docs/autoscaling.md``.
 """
 
 from __future__ import annotations
@@ -245,7 +204,7 @@ def hpa_metric(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> dic
 def build_hpa(
     name: str, namespace: str, hpa_name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings
 ) -> dict[str, Any]:
-    """HorizontalPodAutoscaler ``hpa_name`` scaling resource ``name`` (see the module docstring)."""
+    """HorizontalPodAutoscaler ``hpa_name`` scaling resource ``name`` (docs/autoscaling.md)."""
     auto = _enabled(spec)
     if auto.min_replicas < 1:
         raise ValueError("an HPA needs minReplicas >= 1; scale-to-zero needs KEDA")
@@ -291,7 +250,7 @@ def build_scaled_object(
     spec: AscendLLMDeploymentSpec,
     settings: OperatorSettings,
 ) -> dict[str, Any]:
-    """KEDA ScaledObject ``scaled_object_name`` scaling resource ``name`` (see the module docstring)."""
+    """KEDA ScaledObject ``scaled_object_name`` scaling resource ``name`` (docs/autoscaling.md)."""
     auto = _enabled(spec)
     query, metric_type = prometheus_query(name, namespace, spec, settings)
     triggers: list[dict[str, Any]] = [

@@ -1,37 +1,10 @@
 """The LeaderWorkerSet of multi-node engine replicas (pure), used when ``spec.nodesPerReplica > 1``.
 
 One replica is one LWS group of ``nodesPerReplica`` pods: the leader (worker index 0) runs the
-engine's API server, the workers join it (vLLM native data parallel: ``--headless
---data-parallel-start-rank``; or a Ray cluster). The pod template is the single-node one
-(:func:`ascend_operator.builders.pod.build_pod_template`) plus:
-
-- ``POD_IP`` from the downward API (``status.podIP``). Everything else the group needs is in
-  the one ConfigMap both roles mount: ``EngineConfig.distributed`` carries ``nodes``,
-  ``backend``, ``npusPerNode``, the leader's port and the HCCL settings (from
-  ``spec.distributed.hccl`` or the operator settings), and the runtime turns them, with
-  ``POD_IP`` and the ``LWS_LEADER_ADDRESS`` / ``LWS_GROUP_SIZE`` / ``LWS_WORKER_INDEX`` env that
-  LWS's pod webhook injects, into ``HCCL_IF_IP``, ``VLLM_HOST_IP``, ``HCCL_SOCKET_IFNAME`` and
-  friends, its role and the leader/worker command lines (``ascend_runtime.distributed``);
-- a larger memory-backed ``/dev/shm`` (``multinode_shm_size``);
-- gang-friendly scheduling from the settings: ``schedulerName`` (when the spec sets none),
-  Volcano's ``ring-controller.atlas`` label and ``huawei.com/schedule_policy`` annotation;
-- labels ``llm.ascend.dev/role: leader|worker``; workers declare no ``http`` port (headless).
-
-Group semantics:
-
-- ``restartPolicy: RecreateGroupOnPodRestart``: HCCL communicators cannot take a node back, so
-  one failed pod restarts its whole group.
-- ``startupPolicy: LeaderCreated``: workers start with the leader. ``LeaderReady`` would
-  deadlock: the leader only turns Ready once its workers have joined.
-- Rollout: ``RollingUpdate`` with ``maxSurge: 0`` (never a spare group of NPUs) and
-  ``maxUnavailable: 1``; ``spec.rollout.strategy: Recreate`` becomes ``maxUnavailable: 100%``
-  (LWS has no Recreate type; every group is replaced at once).
-
-The LeaderWorkerSet is named ``<name>-lws`` (:class:`ascend_operator.names.ChildNames`), because
-LWS creates a headless Service of the LWS's own name; the operator's Service ``<name>`` selects
-the leaders only (``leaderworkerset.sigs.k8s.io/worker-index: "0"``), where the API server runs.
-Replicas follow ``spec.replicas`` exactly as the Deployment does (see
-:mod:`ascend_operator.builders.deployment` for why that is consistent with autoscaling).
+engine's API server, the workers join it. Both roles get the single-node pod template
+(:func:`ascend_operator.builders.pod.build_pod_template`) plus what a group needs; what that is,
+and the group's restart, start-up and naming rules: ``docs/multi-node-replicas.md`` ("The
+operator side").
 """
 
 from __future__ import annotations
@@ -114,7 +87,7 @@ def _template(inputs: BuildInputs, role: str) -> dict[str, Any]:
 
 
 def build_leaderworkerset(inputs: BuildInputs) -> dict[str, Any]:
-    """The LeaderWorkerSet of the resource (see the module docstring)."""
+    """The LeaderWorkerSet of the resource (docs/multi-node-replicas.md, "The operator side")."""
     spec = inputs.spec
     max_unavailable: int | str = "100%" if spec.rollout.strategy == RolloutStrategy.RECREATE else 1
     return with_spec_hash(

@@ -1,34 +1,10 @@
 """Memory-leak detection for one memory source (host RSS or device memory).
 
-The model, and why:
-
-* **Baseline after warmup.** vLLM loads weights and preallocates the KV cache up to
-  ``--gpu-memory-utilization`` before it serves, so device memory sits near its ceiling from the
-  start and host RSS jumps during start-up. Nothing before :meth:`LeakDetector.mark_baseline`
-  counts; the baseline is the median of the first few samples after it.
-* **Floor, not level.** Each sample passes a trailing-minimum filter (``window_s / 4``), then
-  samples are grouped into buckets (``window_s / 20``, at least two samples) that keep their
-  minimum. A leak raises the floor of memory use; traffic bursts, allocator sawtooth and spikes
-  shorter than the filter raise the top, not the floor. A real ramp is only shifted by the filter.
-* **Theil-Sen over a sliding window** of bucket minima, judged on the lower bound of Sen's
-  confidence interval (one deviate), so noise alone rarely carries the slope over a limit.
-* **Steps are not leaks.** A step that plateaus sends the whole-window slope up while it passes
-  through the window. The *sustained* slope counts only when the growth is spread out: no stretch
-  of a quarter window may hold more than 70 % of the window's rise (a ramp puts ~33 % there, a
-  staircase of two steps ~50 %, a single step ~100 %). Otherwise it is 0.
-* **Limits** (``LeakLimits``): sustained growth above the kind's MB/h limit; projected time to
-  exhaustion (headroom / sustained slope) under ``min_time_to_exhaustion_s``; free memory under
-  ``min_headroom_mb`` while above the baseline (an engine configured tight from the start is not
-  leaking). A crossed limit makes the source *suspect* at once and *unhealthy* once it has held
-  for ``grace_s``; gaps shorter than half a window do not restart the grace timer, so a
-  staircase leak, whose crossings come and go with each step, still adds up.
-* **Restarts reset.** :meth:`reset` forgets everything (the runtime calls it when it restarts the
-  engine, then :meth:`mark_baseline` after warmup). A drop below half the baseline that nobody
-  announced (a worker restarted inside the engine) resets too, and a new baseline is taken
-  automatically one window later, after the new process has warmed up.
-
-The class is synchronous and guards its state with a lock, so a sampling thread and the probe
-handler may call it concurrently.
+A baseline after warmup, a trend fitted to the floor of memory use (not its level), steps told
+apart from leaks, and limits judged with a grace period, so that the preallocated KV cache,
+traffic bursts and one-off steps raise no alarm. The model, and why: ``docs/leak-and-hang.md``
+("The leak detector's model"). The class is synchronous and guards its state with a lock, so a
+sampling thread and the probe handler may call it concurrently.
 """
 
 from __future__ import annotations
