@@ -3,26 +3,14 @@ engine config (a valid engine config in graph mode with the compile cache) and t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from ascend_runtime.config import parse_config
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "compile_cache.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("compile_cache_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchload import load_bench
 
 
-cc = load_bench()
+cc = load_bench("compile_cache")
 
 
 def test_starts_alternate_cold_and_warm():

@@ -5,30 +5,18 @@ healthy week without an alarm).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
 from ascend_runtime.config import LeakLimits
 from ascend_runtime.health.leak import LeakDetector
 from ascend_runtime.health.trend import theil_sen, theil_sen_slope
+from benchload import load_bench
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "leak_detection.py"
 LIMITS = LeakLimits()  # the shipped defaults
 STEP = LIMITS.sample_interval_s
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("leak_detection_bench", BENCH)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def feed(detector: LeakDetector, start: float, end: float, value, step: float = STEP):
@@ -199,7 +187,7 @@ def test_kind_is_validated() -> None:
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_bench()
+    return load_bench("leak_detection")
 
 
 @pytest.mark.parametrize("kind", ["host", "device"])

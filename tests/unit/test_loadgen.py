@@ -6,25 +6,13 @@ with complete expected values; nothing here sends a request or depends on timing
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
-
-LOADGEN = Path(__file__).resolve().parents[2] / "bench" / "loadgen.py"
-
-
-def load_loadgen():
-    spec = importlib.util.spec_from_file_location("loadgen_bench", LOADGEN)
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses resolve their annotations through sys.modules.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchload import load_bench
 
 
-lg = load_loadgen()
+lg = load_bench("loadgen")
 Gauges = lg.EngineGauges
 Result = lg.RequestResult
 

@@ -7,25 +7,13 @@ cluster.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "operator_scale.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("operator_scale_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+from benchload import load_bench
 
 
-osb = load_bench()
+osb = load_bench("operator_scale")
 Key = osb.WriteKey
 
 

@@ -3,26 +3,14 @@ Prometheus text, the summaries, the block bounds and the report."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "prefix_routing.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("prefix_routing_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchload import load_bench
 
 
-pr = load_bench()
+pr = load_bench("prefix_routing")
 
 # Cut from a real vLLM 0.32 CPU engine's /metrics (the tiny model), values changed.
 METRICS = """\

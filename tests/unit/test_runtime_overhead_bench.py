@@ -7,26 +7,14 @@ Synthetic inputs with complete expected values; nothing here starts a process or
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "runtime_overhead.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("runtime_overhead_bench", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    # dataclasses resolve their annotations through sys.modules.
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from benchload import load_bench
 
 
-ro = load_bench()
+ro = load_bench("runtime_overhead")
 
 
 # -- statistics ------------------------------------------------------------------------------
