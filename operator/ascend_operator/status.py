@@ -9,8 +9,8 @@ another, or ``None`` when nothing changed, so a resync that changes nothing writ
 
 Each condition family has its module: :mod:`.replicastatus` (the replicas, the phase and
 WaitingForNPU), :mod:`.graphstatus` (graph modes, warmup, GraphModeFallback, LeakSuspected),
-:mod:`.cachestatus` (ModelCached), :mod:`.autoscalingstatus`, :mod:`.routingstatus` and
-:mod:`.lorastatus`; :mod:`.conditions` holds the transition rule.
+:mod:`.cachestatus` (ModelCached), :mod:`.autoscalingstatus`, :mod:`.routingstatus`,
+:mod:`.lorastatus` and :mod:`.tunedstatus` (the tuned defaults); :mod:`.conditions` holds the transition rule.
 
 What the API server reports overrides the pods: a child it refused (``Progressing`` reason
 ``ChildRefused``) or a workload that cannot make pods (the Deployment's ``ReplicaFailure``
@@ -72,6 +72,7 @@ from ascend_operator.replicastatus import (
     workload_failure,
 )
 from ascend_operator.routingstatus import ROUTING_DISABLED, RoutingObservation, routing_events, routing_status
+from ascend_operator.tunedstatus import tuned_defaults_status
 
 #: What callers of this module build its input from (re-exported: the status's inputs in one place).
 __all__ = ["AutoscalingObservation", "Observation", "RoutingObservation", "compute_status",
@@ -190,6 +191,7 @@ def resource_status(
         chip=display_chip(spec),
         graph=graph_status(replicas, previous, observation.remembered_for),
         warmup=warmup_status(replicas),
+        tuned_defaults=tuned_defaults_status(replicas),
         groups=len(replicas) if multi_node else None,
         ready_groups=ready if multi_node else None,
         groups_behind=behind if multi_node else None,

@@ -189,3 +189,25 @@ async def test_an_unreadable_runtime_is_unknown_not_an_error(emulator, operator)
     emulator.set_pod_state(NAMESPACE, "qwen-0", {"not": "a state", "phase": "Nonsense"})
     await settle(emulator)
     assert status(emulator)["phase"] == "Loading"  # a malformed answer is as unknown as none
+
+
+async def test_the_tuned_defaults_switch_reaches_the_pods_and_their_report_the_status(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1, "engine": {"tunedDefaults": False}})
+    await wait_for(lambda: "tunedDefaults: false" in emulator.get(*CONFIGMAPS, NAMESPACE, "qwen-config")["data"][
+        "engine-config.yaml"], what="tunedDefaults in the engine config")
+    off = {"enabled": False, "reason": "engine.tunedDefaults is false"}
+    add_pod(emulator, 0, state(RuntimePhase.READY, tuned_defaults=off))
+
+    await wait_for(lambda: "tunedDefaults" in status(emulator), what="status.tunedDefaults")
+    assert status(emulator)["tunedDefaults"] == {"pod": "qwen-0", "reason": "engine.tunedDefaults is false"}
+    await settle(emulator)  # written once: the resyncs that read the same report write nothing
+
+    source = "docs/source/tutorials/Qwen3-235B-A22B.md@v0.13.0"
+    emulator.set_pod_state(NAMESPACE, "qwen-0", state(RuntimePhase.READY, tuned_defaults={
+        "summary": "MoE, 128 experts, vllm-ascend 0.13.0",
+        "applied": [{"kind": "env", "setting": "HCCL_BUFFSIZE=512", "source": source}],
+        "skipped": [{"kind": "flag", "setting": "--async-scheduling", "source": source,
+                     "skipped": "engine.extraArgs sets --async-scheduling"}]}))
+    await wait_for(lambda: status(emulator).get("tunedDefaults", {}).get("skipped") == 1, what="the new report")
+    assert status(emulator)["tunedDefaults"] == {"pod": "qwen-0", "summary": "MoE, 128 experts, vllm-ascend 0.13.0",
+                                                  "applied": [f"HCCL_BUFFSIZE=512 ({source})"], "skipped": 1}

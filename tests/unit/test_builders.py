@@ -255,6 +255,23 @@ def test_passthrough_engine_and_health_options_reach_the_engine_config() -> None
     assert pod(children)["terminationGracePeriodSeconds"] == 140
 
 
+def test_tuned_defaults_switch_reaches_the_engine_config_only_when_set() -> None:
+    # Unset, the ConfigMap and the pod template stay what they were before the field existed (the
+    # golden examples above pin them byte for byte); set, the runtime gets it and the pods roll.
+    plain = render({"model": HF})
+    assert plain.engine_config.engine.tuned_defaults is None
+    assert "tunedDefaults" not in plain.configmap["data"][CONFIG_FILE_KEY]
+    config_hash = lambda c: c.deployment["spec"]["template"]["metadata"]["annotations"][  # noqa: E731
+        CONFIG_HASH_ANNOTATION
+    ]
+    for value in (False, True):
+        switched = render({"model": HF, "engine": {"tunedDefaults": value}})
+        assert switched.engine_config.engine.tuned_defaults is value
+        text = switched.configmap["data"][CONFIG_FILE_KEY]
+        assert yaml.safe_load(text)["engine"]["tunedDefaults"] is value
+        assert config_hash(switched) != config_hash(plain)
+
+
 # --- remembered graph mode ------------------------------------------------------------------
 
 

@@ -420,3 +420,61 @@ def test_warmup_warnings_of_the_pods_show_once_each() -> None:
               "qwen-b": runtime(RuntimePhase.READY, warmup=report)}
     warmup = compute_status(spec(replicas=2), observe([pod("qwen-a"), pod("qwen-b")], states), None, NOW)["warmup"]
     assert warmup["warnings"] == [warning] and warmup["succeeded"] == 2
+
+
+# --- status.tunedDefaults -------------------------------------------------------------------------
+
+MOE_REPORT = {
+    "enabled": True, "modelClass": "MoE", "scenario": "large MoE",
+    "summary": "MoE, 128 experts, ~235B parameters, vllm-ascend 0.13.0",
+    "applied": [
+        {"kind": "env", "setting": "HCCL_BUFFSIZE=512", "source": "docs/source/tutorials/Qwen3-235B-A22B.md@v0.13.0"},
+        {"kind": "flag", "setting": "--async-scheduling", "source": "docs/source/tutorials/Qwen3-235B-A22B.md@v0.13.0"},
+    ],
+    "skipped": [{"kind": "env", "setting": "OMP_NUM_THREADS=1", "source": "docs/source/tutorials/x.md@v0.13.0",
+                 "skipped": "OMP_NUM_THREADS is set in engine.env"}],
+    "notes": ["a note /state keeps"],
+}
+
+
+def reporting(report: dict[str, Any] | None, **fields: Any) -> RuntimeState:
+    """A ready runtime whose /state JSON carries ``report`` (parsed as podreads parses /state)."""
+    wire = runtime(RuntimePhase.READY, **fields).model_dump(mode="json", by_alias=True, exclude_none=True)
+    return RuntimeState.model_validate({**wire, **({"tunedDefaults": report} if report is not None else {})})
+
+
+def test_tuned_defaults_come_from_an_updated_ready_pod_one_line_each_and_skipped_counted() -> None:
+    pods = [pod("qwen-c"), pod("qwen-b"), pod("qwen-a", ready=False), pod("qwen-old", template="h0")]
+    other = {**MOE_REPORT, "summary": "not this one"}
+    states = {"qwen-a": reporting(other), "qwen-old": reporting(other),  # not ready; outdated
+              "qwen-b": reporting(MOE_REPORT), "qwen-c": reporting(other)}  # the first by name speaks
+    status = compute_status(spec(replicas=4), observe(pods, states), None, NOW)
+    assert status["tunedDefaults"] == {
+        "pod": "qwen-b",
+        "summary": "MoE, 128 experts, ~235B parameters, vllm-ascend 0.13.0",
+        "applied": ["HCCL_BUFFSIZE=512 (docs/source/tutorials/Qwen3-235B-A22B.md@v0.13.0)",
+                    "--async-scheduling (docs/source/tutorials/Qwen3-235B-A22B.md@v0.13.0)"],
+        "skipped": 1,
+    }
+    # What is written parses back into the typed status (the CRD's schema is generated from it).
+    assert AscendLLMDeploymentStatus.model_validate(status).tuned_defaults.skipped == 1  # type: ignore[union-attr]
+    # Written once: a later pass with the same reports changes nothing.
+    assert status_patch(status, compute_status(spec(replicas=4), observe(pods, states), status, LATER)) is None
+
+
+def test_tuned_defaults_turned_off_show_the_reason_and_no_report_shows_nothing() -> None:
+    off = {"enabled": False, "reason": "engine.tunedDefaults is false"}
+    status = compute_status(spec(replicas=1), observe([pod("qwen-a")], {"qwen-a": reporting(off)}), None, NOW)
+    assert status["tunedDefaults"] == {"pod": "qwen-a", "reason": "engine.tunedDefaults is false"}
+    # A runtime without the report (an older image), or none ready yet: the field is not written.
+    for states, ready in (({"qwen-a": reporting(None)}, True), ({"qwen-a": reporting(MOE_REPORT)}, False)):
+        status = compute_status(spec(replicas=1), observe([pod("qwen-a", ready=ready)], states), None, NOW)
+        assert "tunedDefaults" not in status
+
+
+def test_tuned_defaults_status_keeps_at_most_the_limit_of_applied_lines() -> None:
+    from ascend_operator.api.status import MAX_TUNED_APPLIED
+
+    many = {**MOE_REPORT, "applied": [{"kind": "env", "setting": f"V{i}=1", "source": "s@v1"} for i in range(40)]}
+    status = compute_status(spec(replicas=1), observe([pod("qwen-a")], {"qwen-a": reporting(many)}), None, NOW)
+    assert status["tunedDefaults"]["applied"] == [f"V{i}=1 (s@v1)" for i in range(MAX_TUNED_APPLIED)]

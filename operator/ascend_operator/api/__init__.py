@@ -146,6 +146,7 @@ from ascend_operator.api.status import (  # noqa: F401
     ReplicaGraphStatus,
     RoutingParentStatus,
     RoutingStatus,
+    TunedDefaultsStatus,
     WarmupStatus,
 )
 # Imported for its effect: it fills SPEC_RULES, which the spec models' validators and schemas read.
@@ -218,6 +219,7 @@ __all__ = [
     "SpecRule",
     "Toleration",
     "WarmupSpec",
+    "TunedDefaultsStatus",
     "WarmupStatus",
     "display_chip",
     "display_model",

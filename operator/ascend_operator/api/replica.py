@@ -209,6 +209,14 @@ class EngineSpec(SpecModel):
             f"longer. Default: {EngineOptions.model_fields['shutdown_timeout_s'].default}."
         ),
     )
+    tuned_defaults: bool | None = Field(
+        None,
+        description=(
+            "Apply vllm-ascend's tutorial settings for the model's class (dense, MoE, MLA, quantised) "
+            "and the installed version (docs/tuned-defaults.md); what you set in env, extraArgs and "
+            "the other fields always wins. Default: true."
+        ),
+    )
 
 
 class AscendOptionsSpec(SpecModel):

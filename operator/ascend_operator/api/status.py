@@ -125,6 +125,27 @@ class WarmupStatus(_Status):
     )
 
 
+#: The most applied tuned defaults the status lists (the tutorials set about a dozen per class).
+MAX_TUNED_APPLIED = 32
+
+
+class TunedDefaultsStatus(_Status):
+    """The tuned defaults an updated, ready pod's runtime applied (spec.engine.tunedDefaults)."""
+
+    pod: str = Field(description="The pod whose runtime reported them.")
+    summary: str | None = Field(
+        None, description="The model's class and the engine version, e.g. 'MoE, 128 experts, vllm-ascend 0.13.0'."
+    )
+    applied: list[str] = Field(
+        default_factory=list, max_length=MAX_TUNED_APPLIED,
+        description="Each applied setting and the vllm-ascend file@tag it comes from.",
+    )
+    skipped: int = Field(
+        0, ge=0, description="Defaults not applied (set by you, unknown to the version); the pod's /state says why."
+    )
+    reason: str | None = Field(None, description="Why none applies (turned off, not Ascend, no config.json, ...).")
+
+
 class NodeBehind(_Status):
     """One node (pod) of a multi-node replica that is not ready, or not there yet."""
 
@@ -274,6 +295,9 @@ class AscendLLMDeploymentStatus(_Status):
     chip: str | None = Field(None, description="Chip preset or CPU (printer column).")
     graph: GraphStatus | None = Field(None, description="Graph modes of the replicas.")
     warmup: WarmupStatus | None = Field(None, description="Warmup outcomes.")
+    tuned_defaults: TunedDefaultsStatus | None = Field(
+        None, description="The tuned defaults the engine runs with, and why (docs/tuned-defaults.md)."
+    )
     groups: int | None = Field(
         None, ge=0, description="Multi-node replicas (LeaderWorkerSet groups) that have pods."
     )

@@ -216,6 +216,8 @@ def build_engine_config(
         dtype=_dtype(spec),
         quantization=engine.quantization,
         shutdown_timeout_s=engine.shutdown_timeout_seconds,
+        # Left out when unset (the runtime's default, on): existing ConfigMaps stay byte-identical.
+        tuned_defaults=engine.tuned_defaults,
     )
     graph = _set(
         {"policy": spec.graph.policy, "fallback": spec.graph.fallback},
