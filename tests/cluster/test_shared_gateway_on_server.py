@@ -5,7 +5,7 @@ on the real API server, with the operator running (docs/routing.md, "A shared Ga
   each matches only its own model names in X-Gateway-Model-Name.
 - A third resource serving the first one's model name on that Gateway gets no HTTPRoute; its
   Routing condition is RouteShadowed, naming the first resource, with a Warning Event. Serving
-  another name makes its route.
+  another name makes its route; taking the first one's name again deletes it.
 """
 
 from __future__ import annotations
@@ -125,3 +125,11 @@ def test_two_tenants_share_a_gateway_and_a_shadowing_route_is_refused_naming_the
     wait_for("Routing not RouteShadowed", lambda: (_condition(_status(api, second_namespace, "thief"), "Routing")
                                                    or {}).get("reason") not in (None, "RouteShadowed"),
              timeout_s=RESYNC_WAIT_S)
+
+    # Back to tenant A's model name: the route it had is deleted, and RouteShadowed again.
+    custom.patch_namespaced_custom_object("llm.ascend.dev", "v1alpha1", second_namespace, "ascendllmdeployments",
+                                          "thief", {"spec": {"model": {"servedName": "Qwen/Qwen2.5-0.5B-Instruct"}}},
+                                          _content_type="application/merge-patch+json")
+    wait_for("the shadowed route deleted", lambda: _route(api, second_namespace, "thief") is None,
+             timeout_s=RESYNC_WAIT_S)
+    assert wait_for("Routing RouteShadowed again", shadowed, timeout_s=RESYNC_WAIT_S)["status"] == "False"
