@@ -133,3 +133,21 @@ def test_two_tenants_share_a_gateway_and_a_shadowing_route_is_refused_naming_the
     wait_for("the shadowed route deleted", lambda: _route(api, second_namespace, "thief") is None,
              timeout_s=RESYNC_WAIT_S)
     assert wait_for("Routing RouteShadowed again", shadowed, timeout_s=RESYNC_WAIT_S)["status"] == "False"
+
+
+def test_the_route_of_the_most_adapters_is_accepted_by_the_server(api: Any, namespace: str) -> None:
+    """127 adapters and the served name: 128 matches in two rules, what Gateway API allows (its CEL)."""
+    from ascend_operator.api import parse_spec
+    from ascend_operator.builders.routing import build_route
+    from ascend_operator.settings import OperatorSettings
+
+    install_routing_crds(api)
+    spec = parse_spec({"model": {"huggingFace": {"id": "Qwen/Qwen2.5-7B-Instruct"}, "cache": {"create": {"size": "50Gi"}}},
+                       "routing": {"hostnames": ["llm.team-a.example.com"]},
+                       "lora": {"adapters": [{"name": f"a{i}", "source": {"huggingFace": {"id": f"org/a{i}"}}}
+                                             for i in range(127)]}})
+    route = build_route("qwen", namespace, spec, OperatorSettings(routing_gateway_name="shared",
+                                                                   routing_gateway_namespace="gateways"))
+    assert route is not None
+    accepted = _clients(api)[0].create_namespaced_custom_object(*ROUTE[:2], namespace, ROUTE[2], route, dry_run="All")
+    assert sum(len(rule["matches"]) for rule in accepted["spec"]["rules"]) == 128
