@@ -30,6 +30,8 @@ class RoutingObservation:
     missing: str | None = None
     pool: Mapping[str, Any] | None = None
     vllm_versions: Sequence[str] = ()
+    #: The live routes that would win over the resource's own (then it is not made), described.
+    shadowed_by: Sequence[str] = ()
 
 
 ROUTING_APIS_MISSING = "RoutingAPIsMissing"
@@ -38,8 +40,9 @@ POOL_NOT_ACCEPTED = "PoolNotAccepted"
 ENGINE_METRICS_MISSING = "EngineMetricsMissing"
 AWAITING_GATEWAY = "AwaitingGateway"
 POOL_ACCEPTED = "PoolAccepted"
+ROUTE_SHADOWED = "RouteShadowed"
 #: Routing reasons that announce themselves with a Warning Event when they appear or change.
-_ROUTING_WARNINGS = frozenset({ROUTING_APIS_MISSING, POOL_NOT_ACCEPTED, ENGINE_METRICS_MISSING})
+_ROUTING_WARNINGS = frozenset({ROUTING_APIS_MISSING, POOL_NOT_ACCEPTED, ENGINE_METRICS_MISSING, ROUTE_SHADOWED})
 
 
 def _all(values: list[str]) -> str:
@@ -59,6 +62,13 @@ def routing_status(observation: RoutingObservation) -> tuple[RoutingStatus, Cond
         status = RoutingStatus(**made, accepted="Unknown", resolved_refs="Unknown", parents=[],
                                missing_metrics=[])
         return status, (False, ROUTING_APIS_MISSING, observation.missing)
+    if observation.shadowed_by:
+        status = RoutingStatus(**made, accepted="Unknown", resolved_refs="Unknown", parents=[], missing_metrics=[])
+        return status, (False, ROUTE_SHADOWED, (
+            f"no HTTPRoute is made for InferencePool {observation.pool_name}: "
+            + "; ".join(observation.shadowed_by)
+            + " already matches the same model names on the same hosts, and would receive this resource's "
+            "requests; set spec.routing.hostnames, or a model.servedName and adapter names no other route uses"))
     parents = pool_parents(dict(observation.pool) if observation.pool is not None else None)
     accepted = _all([p["accepted"] for p in parents])
     resolved = _all([p["resolvedRefs"] for p in parents])

@@ -88,7 +88,10 @@ def test_pool_and_route_are_the_whole_expected_objects() -> None:
         "spec": {
             "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gw",
                             "namespace": "gateways", "sectionName": "http"}],
-            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+            # Only its own model name, as the body-based router sets it: never the whole gateway.
+            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"},
+                                    "headers": [{"type": "Exact", "name": "X-Gateway-Model-Name",
+                                                 "value": "Qwen/Qwen2.5-7B-Instruct"}]}],
                        "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
                                         "name": "qwen"}],
                        "timeouts": {"request": "300s"}}],

@@ -188,6 +188,15 @@ class GatewayRef(SpecModel):
     )
 
 
+#: A Gateway API hostname (its HTTPRoute pattern): precise, or a wildcard label first (``*.example.com``).
+RouteHostname = Annotated[
+    str, StringConstraints(min_length=1, max_length=253,
+                           pattern=r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+]
+#: The most hostnames one route lists (the HTTPRoute's own limit).
+MAX_ROUTE_HOSTNAMES = 16
+
+
 class RoutingSpec(SpecModel):
     """Prefix-aware routing: an InferencePool over the engine pods, an Endpoint Picker and an HTTPRoute."""
 
@@ -199,6 +208,15 @@ class RoutingSpec(SpecModel):
         description=(
             "The Gateway the HTTPRoute attaches to. Default: the operator settings ROUTING_GATEWAY_NAME "
             "(and ROUTING_GATEWAY_NAMESPACE); without either no HTTPRoute is made."
+        ),
+    )
+    hostnames: list[RouteHostname] = Field(
+        default_factory=list, max_length=MAX_ROUTE_HOSTNAMES,
+        description=(
+            "Hostnames of the HTTPRoute (precise, or *.example.com). The route matches, on these hosts "
+            "(on every host when empty), only requests whose X-Gateway-Model-Name header (set by the "
+            "gateway's body-based router from the request's model field) is the served model name or an "
+            "adapter's name. Default: none."
         ),
     )
     profile: RoutingProfile = Field(
@@ -219,8 +237,10 @@ class RoutingSpec(SpecModel):
 # --------------------------------------------------------------------------------------------
 # spec.lora
 
-#: The most adapters one resource lists (each a load on every replica; CEL cost stays bounded).
-MAX_ADAPTERS = 128
+#: The most adapters one resource lists (each a load on every replica; CEL cost stays bounded):
+#: 127, since the HTTPRoute of spec.routing matches the served name and each adapter's name, and
+#: Gateway API allows 128 matches in one route.
+MAX_ADAPTERS = 127
 
 
 class AdapterPvcSource(SpecModel):

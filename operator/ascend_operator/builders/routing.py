@@ -19,8 +19,10 @@ follows the llm-d router chart v0.10.0 (``../shared/reference/epp-chart``), gate
   (``--metrics-endpoint-auth=false``): authentication would need TokenReview and
   SubjectAccessReview rights, cluster-wide.
 - ``HTTPRoute`` ``<name>`` (``gateway.networking.k8s.io/v1``) from the Gateway of
-  ``spec.routing.gateway`` (else the operator settings), every path to the pool; none without a
-  Gateway.
+  ``spec.routing.gateway`` (else the operator settings), matching only the resource's own model
+  names in ``X-Gateway-Model-Name`` (on ``spec.routing.hostnames`` when set); none without a
+  Gateway. :mod:`ascend_operator.routeshadow` says which other route on that Gateway would win
+  over it.
 
 :func:`routing_missing` says which API the cluster lacks; :func:`missing_engine_metrics` which
 metric names the EPP reads an engine version does not publish.
@@ -36,7 +38,7 @@ import yaml
 from ascend_runtime.config import DEFAULT_ENGINE_PORT
 from packaging.version import InvalidVersion, Version
 
-from ascend_operator.api import AscendLLMDeploymentSpec, RoutingProfile
+from ascend_operator.api import AscendLLMDeploymentSpec, RoutingProfile, display_model
 from ascend_operator.builders.common import (
     common_labels,
     content_hash,
@@ -69,6 +71,11 @@ EPP_RESOURCES = {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"mem
 EPP_RUN_AS_USER = 65532
 #: The route's request timeout: generation takes minutes for long outputs (the chart's 300 s).
 ROUTE_REQUEST_TIMEOUT = "300s"
+#: The header the Inference Extension's body-based router (BBR) sets from the request body's
+#: ``model`` field (gateway-api-inference-extension pkg/bbr): the served name or an adapter's.
+MODEL_NAME_HEADER = "X-Gateway-Model-Name"
+#: Gateway API's limit of matches in one HTTPRoute rule (and 128 in one route).
+ROUTE_MATCHES_PER_RULE = 64
 ROUTING_CONFIG_HASH_ANNOTATION = "llm.ascend.dev/epp-config-hash"
 
 #: The scorers and weights of each profile (the chart's default is prefixCache's).
@@ -313,27 +320,46 @@ def build_routing(name: str, namespace: str, spec: AscendLLMDeploymentSpec,
     }
     objects = [service_account, role, binding, configmap,
                _epp_deployment(name, namespace, names, settings, content_hash(config_text)), service, pool]
-    gateway = resolve_gateway(spec, settings)
-    if gateway is not None:
-        parent: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
-        if gateway.namespace:
-            parent["namespace"] = gateway.namespace
-        if gateway.section_name:
-            parent["sectionName"] = gateway.section_name
-        objects.append({
-            "apiVersion": HTTP_ROUTE_API_VERSION, "kind": "HTTPRoute",
-            "metadata": _meta(name, namespace, names.route, "route"),
-            "spec": {
-                "parentRefs": [parent],
-                "rules": [{
-                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                    "backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool",
-                                     "name": names.pool}],
-                    "timeouts": {"request": ROUTE_REQUEST_TIMEOUT},
-                }],
-            },
-        })
+    route = build_route(name, namespace, spec, settings)
+    if route is not None:
+        objects.append(route)
     return tuple(obj if obj["kind"] == "Deployment" else with_spec_hash(obj) for obj in objects)
+
+
+def route_model_names(name: str, spec: AscendLLMDeploymentSpec) -> list[str]:
+    """The model names the route sends to the pool: the served name, then each adapter's."""
+    adapters = [adapter.name for adapter in spec.lora.adapters] if spec.lora is not None else []
+    return [display_model(spec, name), *adapters]
+
+
+def build_route(name: str, namespace: str, spec: AscendLLMDeploymentSpec,
+                settings: OperatorSettings) -> dict[str, Any] | None:
+    """The HTTPRoute ``<name>`` to the pool (no spec-hash yet), or None without a Gateway.
+
+    A Gateway may front many tenants' models, so the route never claims the whole gateway: each
+    match is one model name in the header the body-based router sets
+    (:data:`MODEL_NAME_HEADER`), on ``spec.routing.hostnames`` (every host when empty)."""
+    gateway = resolve_gateway(spec, settings)
+    if gateway is None or spec.routing is None:
+        return None
+    parent: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
+    if gateway.namespace:
+        parent["namespace"] = gateway.namespace
+    if gateway.section_name:
+        parent["sectionName"] = gateway.section_name
+    matches = [{"path": {"type": "PathPrefix", "value": "/"},
+                "headers": [{"type": "Exact", "name": MODEL_NAME_HEADER, "value": model}]}
+               for model in route_model_names(name, spec)]
+    backend = [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": RoutingNames.for_resource(name).pool}]
+    rules = [{"matches": matches[start:start + ROUTE_MATCHES_PER_RULE], "backendRefs": backend,
+              "timeouts": {"request": ROUTE_REQUEST_TIMEOUT}}
+             for start in range(0, len(matches), ROUTE_MATCHES_PER_RULE)]
+    route_spec: dict[str, Any] = {"parentRefs": [parent]}
+    if spec.routing.hostnames:
+        route_spec["hostnames"] = list(spec.routing.hostnames)
+    route_spec["rules"] = rules
+    return {"apiVersion": HTTP_ROUTE_API_VERSION, "kind": "HTTPRoute",
+            "metadata": _meta(name, namespace, RoutingNames.for_resource(name).route, "route"), "spec": route_spec}
 
 
 def pool_parents(pool: dict[str, Any] | None) -> list[dict[str, Any]]:

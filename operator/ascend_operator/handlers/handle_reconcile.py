@@ -38,13 +38,14 @@ from ascend_operator.builders import (
 )
 from ascend_operator.builders.adapters import served_adapters
 from ascend_operator.builders.modelcache import CachePlan, fetch_job_name
-from ascend_operator.builders.routing import RoutingNames, resolve_gateway, routing_enabled
+from ascend_operator.builders.routing import RoutingNames, build_route, resolve_gateway, routing_enabled
 from ascend_operator.cachestatus import AdapterDownload, CacheObservation
 from ascend_operator.handlers import OperatorContext, handle_modelcache
 from ascend_operator.k8s import (
     CHILD_KINDS,
     CONFIGMAP,
     HPA,
+    HTTP_ROUTE,
     INFERENCE_POOL,
     JOB,
     ChildRefused,
@@ -55,6 +56,7 @@ from ascend_operator.lora import enforce_lora
 from ascend_operator.names import ChildNames, label_value
 from ascend_operator.passmemo import children_marks, inputs_digest
 from ascend_operator.policy import enforce_policy
+from ascend_operator.routeshadow import Shadow, shadowing_routes
 from ascend_operator.store import key_of
 from ascend_operator.status import (
     AutoscalingObservation,
@@ -132,8 +134,27 @@ async def _autoscaling(ctx: OperatorContext, namespace: str, label: str, spec: A
     )
 
 
+def _route_shadows(ctx: OperatorContext, name: str, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
+                   missing: str | None) -> tuple[Shadow, ...]:
+    """The routes on the resource's Gateway that would win over its own (routeshadow.py): the
+    operator's routes of every namespace it watches, as the watches show them."""
+
+    if missing is not None or not routing_enabled(spec):
+        return ()
+    route = build_route(name, namespace, spec, ctx.settings)
+    if route is None:
+        return ()
+    own = ctx.watch_cache.get(HTTP_ROUTE.kind, namespace, route["metadata"]["name"], label)
+    if own is not None and own["metadata"].get("creationTimestamp"):
+        route["metadata"]["creationTimestamp"] = own["metadata"]["creationTimestamp"]
+    live = (ctx.watch_cache.get(HTTP_ROUTE.kind, ns, route_name, route_label)
+            for ns, route_name, route_label in ctx.watch_cache.entries(HTTP_ROUTE.kind))
+    return tuple(shadowing_routes(route, (body for body in live if body is not None)))
+
+
 async def _routing(ctx: OperatorContext, name: str, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
-                   missing: str | None, states: Mapping[str, Any]) -> RoutingObservation | None:
+                   missing: str | None, states: Mapping[str, Any],
+                   shadows: tuple[Shadow, ...] = ()) -> RoutingObservation | None:
     """spec.routing as made, with the live pool and the pods' vLLM versions. The pool is read from
     the API server: gateways write its status, and kopf's watch of a kind whose CRD was
     installed after the operator started may begin late."""
@@ -148,8 +169,10 @@ async def _routing(ctx: OperatorContext, name: str, namespace: str, label: str, 
         ctx.watch_cache.put(pool)
     versions = sorted({state.versions.get("vllm") for state in states.values()
                        if state is not None and state.versions.get("vllm")})
-    return RoutingObservation(pool_name=names.pool, epp_name=names.epp, route_name=names.route if gateway else None,
-                              gateway=shown, missing=missing, pool=pool, vllm_versions=versions)
+    return RoutingObservation(pool_name=names.pool, epp_name=names.epp,
+                              route_name=names.route if gateway and not shadows else None,
+                              gateway=shown, missing=missing, pool=pool, vllm_versions=versions,
+                              shadowed_by=tuple(shadow.describe() for shadow in shadows))
 
 
 async def reconcile_key(ctx: OperatorContext, key: str) -> float | None:
@@ -237,7 +260,10 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     # Nothing to apply or delete when neither the build's inputs nor a child changed since a full
     # pass found every child as built (ascend_operator.passmemo); a model cache's or hub adapters'
     # passes observe Jobs and claims, so they are always full.
-    digest = (inputs_digest(body, remembered, (choice.kind, missing_lws, missing_routing), ctx.settings)
+    # A younger route with the same model names on the same Gateway is not made (routeshadow.py).
+    shadows = _route_shadows(ctx, name, namespace, label, spec, missing_routing)
+    digest = (inputs_digest(body, remembered, (choice.kind, missing_lws, missing_routing,
+                                               [shadow.route for shadow in shadows]), ctx.settings)
               if cache_plan is None and not plans.adapter_fetches else None)
     marks = children_marks(ctx.watch_cache, CHILD_KINDS, namespace, label) if digest is not None else 0
     summary = ctx.passes.unchanged(key, digest, marks) if digest is not None else None
@@ -247,6 +273,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     else:
         children = build_children(meta, spec, ctx.settings, remembered, autoscaler=choice.kind,
                                   routing=missing_routing is None, plans=plans)
+        if shadows:
+            children = replace(children, routing=tuple(obj for obj in children.routing if obj["kind"] != HTTP_ROUTE.kind))
         summary = children.summary()
         ensured = await _ensure_children(ctx, body, children, cache_plan, pods, missing_lws, log, now)
         if ensured is None:
@@ -278,7 +306,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         conflicts=tuple(found.conflicts),
         nodes_per_replica=spec.nodes_per_replica,
         autoscaling=await _autoscaling(ctx, namespace, label, spec, choice, summary, names),
-        routing=await _routing(ctx, name, namespace, label, spec, missing_routing, states),
+        routing=await _routing(ctx, name, namespace, label, spec, missing_routing, states, shadows),
         lws_missing=missing_lws,
         refused=str(refused) if refused is not None else None,
         workload=found.workload,
