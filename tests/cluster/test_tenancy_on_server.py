@@ -592,9 +592,9 @@ class Pipeline:
 def addon_crds(api_client: Any, crd_installed: None) -> None:
     """Every add-on CRD a child kind needs: LeaderWorkerSet and KEDA (conftest), and the routing
     ones (InferencePool, HTTPRoute, Gateway), established."""
-    from test_routing_on_server import _install_routing_crds
+    from test_routing_on_server import install_routing_crds
 
-    _install_routing_crds(api_client)
+    install_routing_crds(api_client)
 
 
 def test_every_path_field_is_placed() -> None:
