@@ -409,7 +409,7 @@ def test_install_script_refuses_to_replace_an_installed_package(tmp_path: Path, 
 # --- The operator image vs the chart ----------------------------------------------------------
 
 
-def test_operator_image_is_slim_python_non_root_with_the_operator_extra() -> None:
+def test_operator_image_is_slim_python_non_root_with_the_operator_and_fetch_extras() -> None:
     dockerfile = parse_dockerfile(OPERATOR_DOCKERFILE)
     assert dockerfile.global_args["PYTHON_IMAGE"] == "python:3.12-slim-bookworm"
     assert [stage.base for stage in dockerfile.stages] == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
@@ -418,7 +418,8 @@ def test_operator_image_is_slim_python_non_root_with_the_operator_extra() -> Non
     assert final.last("USER") == "10001:10001"
     build_runs = " ".join(args for instr, args in dockerfile.stages[0].instructions if instr == "RUN")
     extras = re.findall(r"\.whl\)\[([a-z,]+)\]", build_runs)
-    assert extras == ["operator"]
+    # fetch: the image is also the model cache's fetch image (settings.fetchImage).
+    assert extras == ["operator,fetch"]
     # The final stage copies the virtualenv; it does not install anything itself.
     assert not [args for instr, args in final.instructions if instr == "RUN" and "pip" in args]
 
