@@ -163,6 +163,9 @@ class ChildRefused(Exception):
     def __init__(self, kind: str, name: str, status: int, message: str) -> None:
         super().__init__(f"the API server refused {kind} {name} (HTTP {status}): {message}")
         self.kind, self.name, self.status, self.message = kind, name, status, message
+        #: The live object still serves as it is (a kept claim whose change was refused), so the
+        #: children after it are made all the same.
+        self.live_serves = False
 
 
 def server_message(error: ApiException) -> str:

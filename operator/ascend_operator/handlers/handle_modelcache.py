@@ -38,7 +38,7 @@ from ascend_operator.cachestatus import (
     running_pod,
 )
 from ascend_operator.handlers import OperatorContext
-from ascend_operator.k8s import JOB, EnsureResult
+from ascend_operator.k8s import JOB, PVC, ChildRefused, EnsureResult
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,28 @@ async def ensure_claim(ctx: OperatorContext, body: Mapping[str, Any], children: 
     def ours(live: Mapping[str, Any]) -> bool:  # a kept claim carries only the resource's label
         return ((live.get("metadata") or {}).get("labels") or {}).get(RESOURCE_LABEL) == label
 
-    return await ctx.kube.ensure(claim, body["metadata"]["uid"], ours=ours)
+    live = await ctx.kube.read(PVC, claim["metadata"]["namespace"], claim["metadata"]["name"])
+    try:
+        shrink = claim_shrink(claim, live) if live is not None and ours(live) else None
+        if shrink is not None:  # the server would refuse it naming the claim's field, not the spec's
+            raise ChildRefused(PVC.kind, claim["metadata"]["name"], 422, shrink)
+        return await ctx.kube.ensure(claim, body["metadata"]["uid"], live, ours=ours)
+    except ChildRefused as error:
+        error.live_serves = live is not None
+        raise
+
+
+def claim_shrink(claim: Mapping[str, Any], live: Mapping[str, Any]) -> str | None:
+    """Why ``claim`` would shrink the live claim (a claim only grows); None when it does not."""
+
+    from kubernetes.utils.quantity import parse_quantity  # the client's own parser (pure)
+
+    wanted = claim["spec"]["resources"]["requests"]["storage"]
+    held = (((live.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    if held is None or parse_quantity(wanted) >= parse_quantity(held):
+        return None
+    return (f"spec.model.cache.create.size {wanted} is below the claim's {held}: a claim cannot shrink; "
+            f"set {held} or more (or delete the claim {claim['metadata']['name']} to start over)")
 
 
 def _source(plan: CachePlan) -> str | None:

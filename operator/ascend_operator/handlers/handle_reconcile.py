@@ -361,6 +361,8 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
         except ChildRefused as error:
             found.refused = error
             log.warning("%s/%s: %s", namespace, name, error)
+            if child is children.cache_claim and error.live_serves:
+                continue  # the claim as it is still serves: the rest is made (a refused child blocks no other)
             break
         if result.outcome == Outcome.CONFLICT:
             found.conflicts.append(result.detail)
