@@ -64,6 +64,14 @@ class RealNode:
         return subprocess.run(["nsenter", "-t", self.env["REALNODE_HOLDER_PID"], "-n", *argv],
                               capture_output=True, text=True, timeout=timeout_s, check=False)
 
+    def containers(self, namespace: str) -> list[str]:
+        """IDs of the containers (sandboxes included) containerd runs for pods of ``namespace``."""
+
+        ctr = self.env["REALNODE_CTR"].split()
+        result = subprocess.run([*ctr, "containers", "ls", "-q", f'labels."io.kubernetes.pod.namespace"=={namespace}'],
+                                capture_output=True, text=True, timeout=60, check=True)
+        return result.stdout.split()
+
     def http(self, url: str, body: dict | None = None, timeout_s: float = 60) -> tuple[int, str]:
         """(status, body) of a GET, or a POST of ``body`` as JSON, from inside the node's netns."""
 
