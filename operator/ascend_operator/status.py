@@ -485,10 +485,10 @@ def _aggregate_phase(wanted: int, replicas: list[_Replica], ready: int) -> tuple
     for phase in (Phase.FAILED, Phase.WAITING_FOR_NPU):
         if any(r.phase == phase for r in replicas):
             return phase, f"{summary}; {detail}"
-    slowest = min(
-        (r.phase for r in replicas),
-        key=lambda p: _STARTUP_ORDER.index(p) if p in _STARTUP_ORDER else 0,
-    )
+    # No pod is Ready yet. A runtime that reports ready before the kubelet's readiness probe has
+    # passed (a probe period later) serves no traffic through the Service: still warming up.
+    starting = [Phase.WARMING_UP if r.phase == Phase.READY else r.phase for r in replicas]
+    slowest = min(starting, key=lambda p: _STARTUP_ORDER.index(p) if p in _STARTUP_ORDER else 0)
     return slowest, f"{summary}; {detail}"
 
 

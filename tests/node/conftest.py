@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import pytest
 from node_harness import (  # first: it puts tests/cluster (install_harness) on sys.path
     IMAGES_TIMEOUT_S,
     NODE_LABEL,
+    NODE_SELECTOR,
     NODE_TOLERATION,
     ROOT,
     Images,
@@ -124,3 +125,35 @@ def namespace(realnode: RealNode) -> Iterator[str]:
     finally:
         realnode.kubectl.run("delete", "ald", "--all", "-n", name, "--wait", "--timeout=120s", check=False)
         realnode.kubectl.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(realnode: RealNode, operator_release: OperatorRelease, images: Images) -> Path:
+    """The tiny model in the host directory the engine mounts, written by a pod of the CPU image."""
+
+    namespace = operator_release.namespace
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny-model", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never", "nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION],
+            "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
+            "containers": [{"name": "make", "image": images.cpu_ref, "imagePullPolicy": "Never",
+                            "command": ["ascend-llm", "tiny-model", "/models/tiny"],
+                            "volumeMounts": [{"name": "models", "mountPath": "/models"}]}],
+            "volumes": [{"name": "models", "hostPath": {"path": str(operator_release.model_root),
+                                                        "type": "Directory"}}],
+        },
+    }
+    realnode.kubectl.run("apply", "-f", "-", stdin=json.dumps(pod))
+    def finished() -> str | None:
+        phase = realnode.kubectl.run("get", "pod", "tiny-model", "-n", namespace, "-o",
+                                     "jsonpath={.status.phase}", check=False).stdout
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = wait_for("the tiny-model pod to finish", finished, 300, 1.0)
+    logs = realnode.kubectl.run("logs", "tiny-model", "-n", namespace, check=False).stdout
+    realnode.kubectl.run("delete", "pod", "tiny-model", "-n", namespace, "--wait=false", check=False)
+    assert phase == "Succeeded", f"ascend-llm tiny-model failed in the image:\n{logs[-3000:]}"
+    model = operator_release.model_root / "tiny"
+    assert (model / "config.json").is_file() and (model / "tokenizer.json").is_file()
+    return model

