@@ -4,13 +4,18 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup tools demo test test-fast lint crds clean
+.PHONY: setup tools images demo test test-fast lint crds clean
 
 setup:
 	bash .ci/bootstrap
 
 tools:
 	bash .ci/tools
+
+## The operator and CPU runtime images, built from images/*/Dockerfile without Docker (root;
+## buildah, cached in /var/cache/ascend-llm-images): see images/README.md.
+images: tools
+	bash images/build.sh
 
 ## The main job: a real tiny LLM served on CPU by the in-pod runtime, from examples/cpu-tiny.yaml.
 demo: setup

@@ -268,7 +268,10 @@ def aggregate_phase(wanted: int, replicas: list[Replica], ready: int) -> tuple[P
     for phase in (Phase.FAILED, Phase.WAITING_FOR_NPU):
         if any(r.phase == phase for r in replicas):
             return phase, f"{summary}; {detail}"
-    slowest = min((r.phase for r in replicas), key=_startup_rank)
+    # No pod is Ready yet. A runtime that reports ready before the kubelet's readiness probe has
+    # passed (a probe period later) serves no traffic through the Service: still warming up.
+    starting = [Phase.WARMING_UP if r.phase == Phase.READY else r.phase for r in replicas]
+    slowest = min(starting, key=_startup_rank)
     return slowest, f"{summary}; {detail}"
 
 

