@@ -129,6 +129,7 @@ class LeaderRole:
         self._pre_commands_done = False
         #: This launch passes ``--shutdown-timeout``: the engine drains itself on SIGTERM.
         self._engine_drains = False
+        self._engine_argv: list[str] | None = None
         self._reconciler: AdapterReconciler | None = None
 
     async def __aenter__(self) -> LeaderRole:
@@ -181,6 +182,7 @@ class LeaderRole:
             log.warning("engine flags: %s", warning)
         assert plan.engine_argv is not None  # only Ray workers run no engine
         self._engine_drains = "--shutdown-timeout" in plan.engine_argv
+        self._engine_argv = list(plan.engine_argv)  # the warmup derives its plan from it
         if plan.pre_commands and not self._pre_commands_done:
             # Before the mode is published: workers start only once the leader's side is up.
             failed = await host.run_pre_commands(plan.pre_commands, plan.env)
@@ -322,7 +324,7 @@ class LeaderRole:
             model = self.config.model.served_name or self.config.model.path
             warm = asyncio.create_task(run_warmup(
                 host.engine_base_url, model, self.config.warmup,
-                self.config.engine.max_model_len, self.config.engine.max_num_seqs,
+                self.config.engine.max_model_len, self.config.engine.max_num_seqs, self._engine_argv,
             ))
             stop_wait = asyncio.create_task(host.stop_requested.wait())
             try:
