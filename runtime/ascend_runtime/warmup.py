@@ -17,7 +17,7 @@ the model length allows (``max_model_len - max_tokens - margin``), the chunked-p
 (``--max-num-batched-tokens``), and one decode wave whose requests end one group at a time so the
 running batch passes through every captured graph size up to ``--max-num-seqs``. Its cost is
 bounded by :data:`DERIVED_PROMPT_TOKEN_BUDGET` and :data:`DERIVED_REQUEST_BUDGET` (the longest
-prompt is always kept) and, like the rest, by ``warmup.timeoutS``. Lengths and levels the user
+prompt and the chunk are always sent on top) and, like the rest, by ``warmup.timeoutSeconds``. Lengths and levels the user
 lists are sent as before, on top of the derived plan; left out, the fixed defaults give way to it.
 """
 
@@ -161,7 +161,7 @@ class DerivedPlan:
     decode_sizes: list[int]
     dropped_lengths: list[int]
     prompt_tokens: int
-    #: The chunked-prefill size (clipped to the longest prompt).
+    #: The chunked-prefill size: the most prompt tokens one engine step takes.
     chunk: int
 
     def describe(self) -> str:
@@ -193,7 +193,8 @@ def derived_plan(shapes: EngineShapes, max_model_len: int, max_tokens: int) -> D
 
     longest = max(1, max_model_len - max_tokens - LENGTH_MARGIN)
     seqs = shapes.max_num_seqs or VLLM_DEFAULT_MAX_NUM_SEQS
-    chunk = min(shapes.max_num_batched_tokens or VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS, longest)
+    full_chunk = shapes.max_num_batched_tokens or VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
+    chunk = min(full_chunk, longest)
     ladder = []
     length = LADDER_START
     while length < longest:
@@ -224,14 +225,13 @@ def derived_plan(shapes: EngineShapes, max_model_len: int, max_tokens: int) -> D
     waves = [[WarmupRequest("completion", length, 1)] for length in lengths]
     # A chunk larger than the longest prompt is still one prefill step when prompts arrive
     # together: enough concurrent prompts to fill it (within max_num_seqs).
-    full_chunk = shapes.max_num_batched_tokens or VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS
     if full_chunk > longest and seqs > 1:
         count = min(-(-full_chunk // longest), seqs)
         share = max(1, min(longest, full_chunk // count))
         waves.append([WarmupRequest("completion", share, count)] * count)
         spent += share * count
     waves.append(decode)
-    return DerivedPlan(waves, lengths, batch, sorted(steps), dropped, spent, chunk)
+    return DerivedPlan(waves, lengths, batch, sorted(steps), dropped, spent, full_chunk)
 
 
 @dataclass
@@ -264,13 +264,13 @@ def plan_warmup(config: WarmupConfig, max_model_len: int | None, max_num_seqs: i
     lengths = sorted({min(length, limit) if limit else length for length in config.prompt_lengths})
     levels = sorted({min(level, max_num_seqs) if max_num_seqs else level for level in config.concurrency})
     waves: list[list[WarmupRequest]] = []
+    chunk = derived.chunk if derived is not None else 0
     if derived is not None:
         waves += derived.waves
         if "concurrency" not in given:
             levels = [1]
         if not user_lengths:
             # The user's levels over the derived lengths whose batched prefill fits one chunk.
-            chunk = derived.chunk
             lengths = derived.lengths
     for level in levels:
         for length in lengths:

@@ -137,3 +137,145 @@ async def test_any_other_chat_error_still_fails_the_warmup():
     finally:
         await runner.cleanup()
     assert not result.ok and "chat request" in result.reason and "HTTP 400" in result.reason
+
+
+# -- the plan derived from the engine's configuration ------------------------------------------
+
+from ascend_runtime.config import EngineConfig  # noqa: E402
+from ascend_runtime.flags import render_engine_command  # noqa: E402
+from ascend_runtime.warmup import (  # noqa: E402
+    DERIVED_PROMPT_TOKEN_BUDGET,
+    EngineShapes,
+    default_capture_sizes,
+    derived_plan,
+    engine_shapes,
+)
+
+
+def test_engine_shapes_read_the_limits_and_capture_sizes_from_the_argv():
+    argv = ["vllm", "--max-model-len", "4096", "--max_num_seqs=24", "--max-num-batched-tokens", "1024",
+            "--compilation-config", '{"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [8, 1, 4]}']
+    assert engine_shapes(argv) == EngineShapes(4096, 24, 1024, (1, 4, 8))
+    # A graph mode without sizes: vLLM's default grid up to min(2 x max_num_seqs, 512).
+    assert engine_shapes(["vllm", "--max-num-seqs", "24", "--compilation-config",
+                          '{"cudagraph_mode": "PIECEWISE"}']).capture_sizes == (1, 2, 4, 8, 16, 24, 32, 40, 48)
+    assert engine_shapes(["vllm", "--compilation-config", '{"cudagraph_mode": "PIECEWISE", '
+                          '"max_cudagraph_capture_size": 12}']).capture_sizes == (1, 2, 4, 8, 12)
+    # Nothing is captured: eager, NONE, or no compilation config (CPU torch.compile).
+    graph = '{"cudagraph_mode": "PIECEWISE"}'
+    assert engine_shapes(["vllm", "--enforce-eager", "--compilation-config", graph]).capture_sizes == ()
+    assert engine_shapes(["vllm", "--compilation-config", '{"cudagraph_mode": "NONE"}']).capture_sizes == ()
+    assert engine_shapes(["vllm", "--max-model-len", "512"]) == EngineShapes(512, None, None, ())
+
+
+def test_default_capture_grid_is_vllms():
+    assert default_capture_sizes(512)[:5] == (1, 2, 4, 8, 16)
+    assert default_capture_sizes(512)[-3:] == (480, 496, 512)
+    assert 248 in default_capture_sizes(512) and 264 not in default_capture_sizes(512)
+
+
+def test_derived_plan_covers_ladder_chunk_longest_prompt_and_every_captured_batch_size():
+    shapes = EngineShapes(4096, 16, 1024, (1, 2, 4, 8, 16, 24))
+    plan = derived_plan(shapes, 4096, max_tokens=8)
+    longest = 4096 - 8 - 8
+    assert plan.lengths == [16, 32, 64, 128, 256, 512, 1024, 2048, longest]
+    assert plan.chunk == 1024 and plan.batch == 16 and plan.decode_sizes == [1, 2, 4, 8, 16]
+    singles = [wave for wave in plan.waves if len(wave) == 1]
+    assert [wave[0].prompt_tokens for wave in singles] == plan.lengths
+    decode = plan.waves[-1]
+    assert len(decode) == 16 and {r.prompt_tokens for r in decode} == {16}
+    # The running batch steps 16 -> 8 -> 4 -> 2 -> 1: after max_tokens + k tokens, those with more remain.
+    outputs = sorted(r.max_tokens for r in decode)
+    alive = [sum(1 for out in outputs if out > 8 + k) for k in range(-1, 4)]
+    assert alive == [16, 8, 4, 2, 1]
+    assert plan.dropped_lengths == []
+
+
+def test_a_chunk_larger_than_the_longest_prompt_is_filled_by_concurrent_prompts():
+    plan = derived_plan(EngineShapes(512, 8, None, ()), 512, max_tokens=8)  # vLLM's 2048 by default
+    chunk_waves = [wave for wave in plan.waves if len(wave) > 1 and wave[0].prompt_tokens > 16]
+    assert [(len(w), w[0].prompt_tokens) for w in chunk_waves] == [(5, 409)]  # 5 x 409 = 2045 <= 2048
+    # Nothing captured on CPU: powers of two up to max_num_seqs stand in for the sizes.
+    assert plan.decode_sizes == [1, 2, 4, 8]
+
+
+def test_the_budget_drops_the_longest_ladder_rungs_but_keeps_the_longest_prompt_and_chunk():
+    plan = derived_plan(EngineShapes(262144, 8, 8192, ()), 262144, max_tokens=8)
+    longest = 262144 - 16
+    assert longest in plan.lengths and 8192 in plan.lengths  # 8192, the chunk, is not a ladder cost
+    assert plan.dropped_lengths == [131072]
+    ladder = [length for length in plan.lengths if length not in (longest, 8192)]
+    assert sum(ladder) + 16 * len(plan.waves[-1]) <= DERIVED_PROMPT_TOKEN_BUDGET
+    assert "left out" in plan.describe()
+
+
+def test_left_out_lengths_and_levels_give_way_to_the_derived_plan():
+    shapes = EngineShapes(512, 8, None, ())
+    derived = derived_plan(shapes, 512, 8)
+    waves = plan_warmup(WarmupConfig.model_validate({"chat": True}), 512, 8, shapes)
+    assert waves[:len(derived.waves)] == derived.waves
+    assert waves[len(derived.waves):] == [[WarmupRequest("chat", 16, 1)]]  # not the fixed [16, 256, 1024]
+
+
+def test_user_lengths_and_levels_are_sent_on_top_of_the_derived_plan():
+    shapes = EngineShapes(512, 8, None, ())
+    derived = derived_plan(shapes, 512, 8)
+    config = WarmupConfig.model_validate({"prompt_lengths": [16, 300], "concurrency": [1, 4], "chat": False})
+    extra = plan_warmup(config, 512, 8, shapes)[len(derived.waves):]
+    # 16 at concurrency 1 is in the derived ladder already; 300 is not; at 4 both are sent.
+    assert [(w[0].prompt_tokens, len(w)) for w in extra] == [(300, 1), (16, 4), (300, 4)]
+    # Levels alone: the derived lengths at that level whose batched prefill fits one chunk (2048).
+    levels = WarmupConfig.model_validate({"concurrency": [4], "chat": False})
+    extra = plan_warmup(levels, 512, 8, shapes)[len(derived.waves):]
+    assert [(w[0].prompt_tokens, len(w)) for w in extra] == [(16, 4), (32, 4), (64, 4), (128, 4), (256, 4), (496, 4)]
+
+
+def test_the_plan_follows_the_argv_flags_py_renders_per_version():
+    from ascend_runtime.config import GraphMode
+    from ascend_runtime.versions import Versions
+
+    config = EngineConfig.model_validate({
+        "schemaVersion": 1, "name": "x", "model": {"path": "/m"},
+        "engine": {"maxModelLen": 1024, "maxNumSeqs": 4, "extraArgs": ["--max-num-batched-tokens", "256"]},
+        "graph": {"captureSizes": [1, 2, 4]},
+    })
+    npu = render_engine_command(config, Versions(platform="ascend", vllm="0.13.0", vllm_ascend="0.13.0"),
+                                GraphMode.PIECEWISE)
+    shapes = engine_shapes(npu.argv)
+    assert shapes == EngineShapes(1024, 4, 256, (1, 2, 4))
+    assert derived_plan(shapes, 1024, 8).chunk == 256
+    # On CPU the same config captures nothing (torch.compile): the sizes are not rendered.
+    cpu = render_engine_command(config, Versions(platform="cpu", vllm="0.11.0"), GraphMode.PIECEWISE)
+    assert engine_shapes(cpu.argv).capture_sizes == ()
+
+
+async def test_run_warmup_takes_the_model_length_from_the_engine_when_the_argv_has_none():
+    seen = []
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m", "max_model_len": 128}]})
+
+    async def ok(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append((len(body.get("prompt", [])), body.get("max_tokens"), body.get("ignore_eos")))
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", ok)
+    app.router.add_post("/v1/chat/completions", ok)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        result = await run_warmup(url, "m", WarmupConfig.model_validate({"max_tokens": 2, "chat": False}), None, None,
+                                  ["vllm", "--max-num-seqs", "2", "--max-num-batched-tokens", "64"])
+    finally:
+        await runner.cleanup()
+    assert result.ok
+    # 128 - 2 generated - 8 margin = 118: ladder 16, 32, 64 (= the chunk), then 118; decode wave 2 -> 1.
+    assert sorted(length for length, _, _ in seen) == [16, 16, 16, 32, 64, 118]
+    assert sorted(out for length, out, _ in seen if length == 16)[-2:] == [2, 3]
+    assert all(eos is True for _, _, eos in seen)
