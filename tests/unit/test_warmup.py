@@ -209,6 +209,14 @@ def test_the_budget_drops_the_longest_ladder_rungs_but_keeps_the_longest_prompt_
     assert "left out" in plan.describe()
 
 
+def test_a_32k_model_length_with_vllms_defaults_costs_about_70k_prompt_tokens():
+    """docs/runtime.md's example of the bound."""
+    plan = derived_plan(engine_shapes(["vllm", "--max-model-len", "32768"]), 32768, max_tokens=8)
+    assert len(plan.lengths) == 12 and 2048 in plan.lengths and plan.lengths[-1] == 32768 - 16
+    assert len(plan.waves[-1]) == 256 and plan.dropped_lengths == []
+    assert 65_000 <= plan.prompt_tokens <= 75_000
+
+
 def test_left_out_lengths_and_levels_give_way_to_the_derived_plan():
     shapes = EngineShapes(512, 8, None, ())
     derived = derived_plan(shapes, 512, 8)
