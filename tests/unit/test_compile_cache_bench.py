@@ -34,11 +34,18 @@ def test_starts_alternate_cold_and_warm():
 def test_summaries_and_the_goal():
     cold, warm = cc.summarize([90.0, 70.0, 80.0]), cc.summarize([40.0, 50.0, 45.0])
     assert (cold.median, cold.low, cold.high, cold.n) == (80.0, 70.0, 90.0, 3)
-    # The medians (45 vs 0.6 x 80 = 48) would pass, but slowest warm / fastest cold = 50 / 70 = 0.71.
-    assert cc.goal_verdict(cold, warm).outcome.value == "inconclusive"
-    assert cc.goal_verdict(cold, cc.summarize([40.0, 41.0])).outcome.value == "met"  # 41 / 70 = 0.59
-    assert cc.goal_verdict(cold, cc.summarize([60.0, 62.0])).outcome.value == "MISSED"  # 60 / 90 = 0.67
-    assert "one sample" in cc.goal_verdict(cc.summarize([80.0]), cc.summarize([40.0])).reason
+
+
+
+def test_the_goal_is_judged_on_the_per_pair_ratios_range():
+    assert cc.pair_ratios([("cold", 80.0), ("warm", 40.0), ("cold", 90.0), ("warm", 63.0)]) == [0.5, 0.7]
+    # The medians (51.5 vs 0.6 x 85 = 51) would miss by a hair; the pairs 0.5 and 0.7 straddle 0.6.
+    assert cc.goal_verdict([("cold", 80.0), ("warm", 40.0), ("cold", 90.0), ("warm", 63.0)]).outcome.value == (
+        "inconclusive")
+    assert cc.goal_verdict([("cold", 80.0), ("warm", 40.0), ("cold", 90.0), ("warm", 45.0)]).outcome.value == "met"
+    assert cc.goal_verdict([("cold", 80.0), ("warm", 60.0), ("cold", 90.0), ("warm", 63.0)]).outcome.value == (
+        "MISSED")
+    assert "one sample" in cc.goal_verdict([("cold", 80.0), ("warm", 40.0)]).reason
 
 
 def test_each_start_is_a_valid_graph_mode_config_with_the_compile_cache():
@@ -52,6 +59,6 @@ def test_the_report_states_the_ratio_and_every_start():
               "starts": [("cold", 80.0), ("warm", 40.0), ("cold", 90.0), ("warm", 44.0)]}
     text = cc.format_report(report)
     assert "| cold (empty) | 2 | 85.0 (80.0-90.0) |" in text
-    assert ("warm / cold (medians): 0.49; goal <= 0.6: met (range 0.444-0.55 over 2 samples, all <= 0.6)"
+    assert ("warm / cold (medians): 0.49; goal <= 0.6: met (range 0.489-0.5 over 2 samples, all <= 0.6)"
             in text)
     assert "cold 80.0, warm 40.0, cold 90.0, warm 44.0" in text
