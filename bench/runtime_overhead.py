@@ -707,9 +707,11 @@ async def _wave(session: aiohttp.ClientSession, url: str, rng: random.Random, le
 async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tokens: int, seed: int,
                          batches: Sequence[int] = (1,)
                          ) -> tuple[list[tuple[int, int, float]], dict[tuple[int, int], list[float]]]:
-    """Per batch size and length, one wave right away (the first ones), then ``repeats`` warm ones.
+    """Per batch size and length, the first wave, then right after it ``repeats`` warm ones.
 
-    A wave is ``batch`` concurrent requests; its time is the slowest request's. Returns
+    A wave is ``batch`` concurrent requests; its time is the slowest request's. Each cell's warm
+    waves follow its first one at once, so a load change on the shared machine between cells
+    does not fall between a first wave and the warm ones it is compared with. Returns
     ``[(length, batch, seconds)]`` in sending order and ``{(length, batch): [warm seconds]}``.
     """
 
@@ -723,9 +725,8 @@ async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tok
         await asyncio.gather(*(_health(session, url) for _ in range(max(batches))))
         for length, batch in cells:
             first.append((length, batch, await _wave(session, url, rng, length, batch, max_tokens)))
-        for _ in range(repeats):
-            for cell in cells:
-                warm[cell].append(await _wave(session, url, rng, *cell, max_tokens))
+            for _ in range(repeats):
+                warm[(length, batch)].append(await _wave(session, url, rng, length, batch, max_tokens))
     return first, warm
 
 
