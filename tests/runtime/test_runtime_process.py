@@ -270,3 +270,16 @@ def test_the_runtime_adopts_the_engines_orphans_and_leaves_no_zombie(runtime_fac
         for pid in map(int, (runtime.workdir / "children").read_text().split()):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_warmup_plan_is_derived_from_the_launched_argv_with_the_users_lengths_on_top(runtime_factory):
+    # The harness lists promptLengths [4, 16] and concurrency [1, 2]. Derived from the argv:
+    # 64 - 2 generated - 8 margin = 54 the longest prompt; the ladder 16, 32 (32 is also the chunk
+    # from extraArgs); a decode wave of maxNumSeqs = 2. Then the user's cells not sent already:
+    # (4, 1), (4, 2) x2, (16, 2) x2. 3 + 2 + 5 = 10 requests.
+    runtime = runtime_factory({"engine": {"maxModelLen": 64, "maxNumSeqs": 2,
+                                          "extraArgs": ["--max-num-batched-tokens", "32"]},
+                               "warmup": {"chat": False}})
+    state = runtime.wait_for(is_ready, 60, "Ready")
+    assert state["warmup"]["outcome"] == "succeeded"
+    assert state["warmup"]["requests"] == 10
