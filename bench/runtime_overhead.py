@@ -11,8 +11,9 @@ empty compile cache (``VLLM_CACHE_ROOT`` and ``TMPDIR``), so every start is a co
    (auto: PIECEWISE, torch.compile, on CPU). Launch to ``/health`` 200 is the bare start.
 2. **runtime graph + warmup**: ``python -m ascend_runtime.cli run --config`` on the same config.
    Launch to Ready, the warmup's own seconds (``/state`` ``warmup.seconds``) and, polled by this
-   script, the moment its engine first answers ``/health``. Then the first user requests (one per
-   prompt length) and warm repeats.
+   script, the moment its engine first answers ``/health``. The config lists no warmup lengths
+   or levels: the runtime derives its plan from the engine's configuration. Then the first
+   waves (one per prompt length and batch size), each followed by its warm repeats.
 3. Throughput, with both engines up: closed-loop rounds (N requests x M tokens, ``ignore_eos``,
    concurrency C) alternating bare, runtime, runtime, bare, ... after one unmeasured round each.
 4. **runtime graph, warmup off**: first user requests again, to show what warmup buys.
@@ -24,8 +25,10 @@ empty compile cache (``VLLM_CACHE_ROOT`` and ``TMPDIR``), so every start is a co
 Figures: req/s and output tokens/s, runtime/bare ratio per adjacent pair (median and spread);
 the runtime's start-up overhead = Ready - (bare start + warmup seconds), both across the two
 separate starts (noisy: engine start varies by tens of seconds here) and inside the runtime's own
-start (its engine's ``/health`` seen by this script; exact); first request latency / warm median
-per prompt length, with and without warmup; fallback time against a plain eager cold start.
+start (its engine's ``/health`` seen by this script; exact); first wave latency / warm median
+per prompt length and batch size (and its range over the warm waves), with and without warmup;
+fallback time against a plain eager cold start. Goals are judged on ranges by bench/verdict.py:
+met, MISSED or inconclusive, with the reason.
 
 Every loop is bounded (start deadlines, request timeouts, fixed counts); only loopback addresses
 are used; every process started here is stopped (SIGTERM, then SIGKILL of its process group, and
