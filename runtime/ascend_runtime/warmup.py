@@ -173,7 +173,7 @@ class DerivedPlan:
         return text
 
 
-def _decode_wave(steps: Sequence[int], max_tokens: int) -> list[WarmupRequest]:
+def _decode_wave(steps: Sequence[int], max_tokens: int, prompt: int) -> list[WarmupRequest]:
     """``steps[0]`` short requests whose output lengths step the running batch down through ``steps``.
 
     With sizes s0 > s1 > ... (descending) the s0 - s1 requests of group 0 stop after ``max_tokens``
@@ -184,7 +184,7 @@ def _decode_wave(steps: Sequence[int], max_tokens: int) -> list[WarmupRequest]:
     wave: list[WarmupRequest] = []
     for index, size in enumerate(steps):
         following = steps[index + 1] if index + 1 < len(steps) else 0
-        wave += [WarmupRequest("completion", DECODE_WAVE_PROMPT, batch, max_tokens + index)] * (size - following)
+        wave += [WarmupRequest("completion", prompt, batch, max_tokens + index)] * (size - following)
     return wave
 
 
@@ -206,11 +206,14 @@ def derived_plan(shapes: EngineShapes, max_model_len: int, max_tokens: int) -> D
     # Nothing captured (eager, CPU): powers of two stand in for the sizes.
     sizes = captured or [1 << power for power in range(batch.bit_length())]
     steps = sorted({size for size in sizes if size < batch} | {batch}, reverse=True)
-    decode = _decode_wave(steps, max_tokens)
+    while len(steps) > 1 and len(steps) >= longest + LENGTH_MARGIN:
+        steps = steps[::2]  # a tiny model length: fewer steps, so the longest request still fits
+    # Its longest request generates max_tokens + len(steps) - 1 tokens: the prompt leaves room for them.
+    decode = _decode_wave(steps, max_tokens, max(1, min(DECODE_WAVE_PROMPT, longest - len(steps))))
     # The longest prompt and the chunk are always sent; the budget bounds the ladder and the
     # decode wave, so the cost is at most the budget plus those two prompts.
     kept = {longest, chunk}
-    spent = DECODE_WAVE_PROMPT * len(decode)
+    spent = sum(request.prompt_tokens for request in decode)
     requests = len(decode)
     dropped: list[int] = []
     for rung in sorted(set(ladder) - kept):

@@ -209,6 +209,14 @@ def test_the_budget_drops_the_longest_ladder_rungs_but_keeps_the_longest_prompt_
     assert "left out" in plan.describe()
 
 
+def test_every_derived_request_fits_the_model_length_even_a_short_one():
+    for model_len, sizes in ((16, ()), (16, tuple(range(1, 33))), (40, tuple(range(1, 33))), (512, (1, 2, 4, 8))):
+        plan = derived_plan(EngineShapes(model_len, 32, None, sizes), model_len, max_tokens=8)
+        for wave in plan.waves:
+            for request in wave:
+                assert request.prompt_tokens + (request.max_tokens or 8) <= model_len, (model_len, request)
+
+
 def test_a_32k_model_length_with_vllms_defaults_costs_about_70k_prompt_tokens():
     """docs/runtime.md's example of the bound."""
     plan = derived_plan(engine_shapes(["vllm", "--max-model-len", "32768"]), 32768, max_tokens=8)
