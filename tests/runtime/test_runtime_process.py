@@ -280,6 +280,6 @@ def test_the_warmup_plan_is_derived_from_the_launched_argv_with_the_users_length
     runtime = runtime_factory({"engine": {"maxModelLen": 64, "maxNumSeqs": 2,
                                           "extraArgs": ["--max-num-batched-tokens", "32"]},
                                "warmup": {"chat": False}})
-    state = runtime.wait_for(is_ready, 60, "Ready")
-    assert state["warmup"]["outcome"] == "succeeded"
-    assert state["warmup"]["requests"] == 10
+    state = runtime.wait_for(is_ready, 120, "Ready")
+    assert state["warmup"]["outcome"] == "succeeded", state["warmup"]
+    assert state["warmup"]["requests"] == 10, state["warmup"]
