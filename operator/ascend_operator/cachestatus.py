@@ -19,10 +19,12 @@ from typing import Any
 from ascend_runtime.cachelayout import FetchFailure, FetchPhase, FetchProgress
 from pydantic import ValidationError
 
+from ascend_operator.api import ModelCacheStatus
 from ascend_operator.builders.modelcache import FETCH_CONTAINER
+from ascend_operator.conditions import MODEL_CACHED, ConditionValue
 
-#: The condition on the resource.
-MODEL_CACHED = "ModelCached"
+__all__ = ["MODEL_CACHED", "AdapterDownload", "CacheObservation", "JobState", "cache_condition",
+           "cache_status", "describe", "init_state", "job_state", "running_pod"]
 #: The label the Job controller puts on its pods (Kubernetes 1.27 and later).
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
@@ -55,6 +57,8 @@ class CacheObservation:
     held_back: bool = False
     #: Seconds until a failed Job is replaced by a new one.
     retry_in_s: float | None = None
+    #: The request (:func:`~ascend_operator.builders.modelcache.request_digest`) a fetch completed.
+    completed_request: str | None = None
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,7 @@ def describe(observation: CacheObservation, *, retry: bool = True) -> str:
     return f"downloading {observation.source}: {state.message or state.phase.value}"
 
 
-def cache_condition(observation: CacheObservation) -> tuple[bool, str, str]:
+def cache_condition(observation: CacheObservation) -> ConditionValue:
     """``ModelCached`` (status, reason, message)."""
 
     state = observation.state
@@ -218,28 +222,22 @@ def cache_condition(observation: CacheObservation) -> tuple[bool, str, str]:
     return False, "Downloading", describe(observation)
 
 
-def cache_status(observation: CacheObservation) -> dict[str, Any]:
+def cache_status(observation: CacheObservation) -> ModelCacheStatus:
     """``status.modelCache``."""
 
-    out: dict[str, Any] = {"retainedOnDelete": observation.retained}
-    if observation.claim_name:
-        out["claimName"] = observation.claim_name
-    if observation.host_path:
-        out["hostPath"] = observation.host_path
-    if observation.source:
-        out["source"] = observation.source
-    if observation.job:
-        out["job"] = observation.job
     state = observation.state
-    if state is not None:
-        out["phase"] = state.phase.value
-        if state.reason:
-            out["reason"] = state.reason
-        if state.phase != FetchPhase.COMPLETE:
-            out["message"] = describe(observation)
     progress = observation.progress
-    if progress is not None and state is not None and state.phase == FetchPhase.DOWNLOADING:
-        out["bytesDone"] = progress.bytes_done
-        if progress.bytes_total is not None:
-            out["bytesTotal"] = progress.bytes_total
-    return out
+    downloading = progress is not None and state is not None and state.phase == FetchPhase.DOWNLOADING
+    return ModelCacheStatus(
+        retained_on_delete=observation.retained,
+        claim_name=observation.claim_name or None,
+        host_path=observation.host_path or None,
+        source=observation.source or None,
+        job=observation.job or None,
+        phase=state.phase.value if state is not None else None,
+        reason=(state.reason or None) if state is not None else None,
+        message=describe(observation) if state is not None and state.phase != FetchPhase.COMPLETE else None,
+        bytes_done=progress.bytes_done if downloading and progress is not None else None,
+        bytes_total=progress.bytes_total if downloading and progress is not None else None,
+        completed_request=observation.completed_request,
+    )

@@ -75,6 +75,7 @@ def render_local_config(resource: dict[str, Any], model_dir: Path, work_dir: Pat
     from ascend_operator.api import Platform, SpecError, parse_spec
     from ascend_operator.builders import resolve_image
     from ascend_operator.builders.engine_config import build_engine_config
+    from ascend_operator.builders.modelcache import plan_cache
     from ascend_operator.settings import OperatorSettings
 
     name = resource.get("metadata", {}).get("name", "demo")
@@ -86,7 +87,8 @@ def render_local_config(resource: dict[str, Any], model_dir: Path, work_dir: Pat
         raise SystemExit("ascend-llm demo: the demo serves on this machine's CPU; the resource needs "
                          "spec.platform: CPU (see examples/cpu-tiny.yaml)")
     settings = OperatorSettings()
-    config = build_engine_config(name, spec, settings, None, resolve_image(spec, settings))
+    config = build_engine_config(name, spec, settings, image=resolve_image(spec, settings),
+                                 cache_plan=plan_cache(name, spec, settings))
     config.model.path = str(model_dir)
     config.engine.host = "127.0.0.1"
     config.engine.port = port

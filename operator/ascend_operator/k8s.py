@@ -1,7 +1,8 @@
 """The operator's only way to the Kubernetes API (the official ``kubernetes`` client).
 
-Everything that reads or writes children, pods or runtime states goes through :class:`Kube`, so
-the API error policy lives in one place:
+Everything that reads or writes children, pods or the resource's status goes through :class:`Kube`,
+so the API error policy lives in one place (the pods' own ``/state`` and ``/progress`` are read by
+:mod:`ascend_operator.podreads`):
 
 - Children are written with **server-side apply** (field manager from the settings,
   ``ascend-llm-operator``, ``force=True``): fields the operator stops setting are removed, fields
@@ -19,8 +20,7 @@ the API error policy lives in one place:
   connection pool and credentials (:meth:`Kube._request`), not through the typed API classes,
   which validate every argument with pydantic; listing a custom kind whose CRD the cluster does
   not serve (LeaderWorkerSet, KEDA ScaledObject, InferencePool, HTTPRoute) gives no items.
-- 404 on delete is success (already gone). Pod state reads that fail for any reason (no pod IP
-  yet, runtime not listening, timeout, malformed answer) give ``None`` ("unknown"), logged at debug.
+- 404 on delete is success (already gone).
 
 Discovery (:meth:`Kube.served`): the group/versions the API server lists under ``/apis``, cached
 for the settings' ``discovery_ttl_s`` and refreshed by the first reconcile (usually a resync) after
@@ -45,16 +45,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
-import aiohttp
 import kubernetes
 import urllib3
-from ascend_runtime.cachelayout import DEFAULT_PROGRESS_PORT, FetchProgress
-from ascend_runtime.config import DEFAULT_RUNTIME_PORT, RuntimeState
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from pydantic import BaseModel, ValidationError
 
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import SPEC_HASH_ANNOTATION
@@ -62,11 +58,6 @@ from ascend_operator.drift import find_drift, immutable_changes
 
 logger = logging.getLogger(__name__)
 
-#: The state document the runtime serves on its port (see ascend_runtime's server).
-STATE_PATH = "state"
-#: What a fetch Job's pod serves on its port (ascend_runtime.fetch).
-PROGRESS_PATH = "progress"
-_Doc = TypeVar("_Doc", bound=BaseModel)
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 
 
@@ -252,13 +243,10 @@ class Kube:
     """The API calls of the reconcile, each run in a worker thread."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient, *, field_manager: str,
-                 state_timeout_s: float, state_via_proxy: bool = True, workers: int = 8) -> None:
+                 workers: int = 8) -> None:
         self._client = api_client
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-llm-api")
-        #: Read /state through the API server's pod proxy (True) or straight from the pod IP.
-        self._state_via_proxy = state_via_proxy
         self._field_manager = field_manager
-        self._state_timeout_s = state_timeout_s
         # Built now, at start-up: the first use of an API class costs about a second of imports.
         self._apis: dict[str, Any] = {"ApisApi": kubernetes.client.ApisApi(api_client)}
         #: (monotonic time of the read, the served group/versions) of the last discovery.
@@ -539,64 +527,10 @@ class Kube:
                 return None
             raise
 
-    # ------------------------------------------------------------------ pods and runtime state
+    # ------------------------------------------------------------------ the pod proxy
 
-    async def _get_direct(self, pod_ip: str, port: int, path: str = STATE_PATH) -> Any:
-        """``GET http://<pod IP>:<port>/<path>`` (the runtime port serves plain HTTP inside the cluster)."""
-
-        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
-        timeout = aiohttp.ClientTimeout(total=self._state_timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.get(f"http://{host}:{port}/{path}") as response:
-            response.raise_for_status()
-            return await response.json(content_type=None)
-
-    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
-        return await self.list(POD, namespace, selector)
-
-    async def read_state(self, namespace: str, pod: str, port: int = DEFAULT_RUNTIME_PORT, *,
-                         pod_ip: str | None = None) -> RuntimeState | None:
-        """The runtime state of ``pod``, or ``None``: from ``pod_ip`` directly unless this client
-        reads through the API server's pod proxy (or the pod has no IP yet)."""
-        return await self._read_pod(RuntimeState, STATE_PATH, namespace, pod, port, pod_ip)
-
-    async def read_progress(self, namespace: str, pod: Mapping[str, Any]) -> FetchProgress | None:
-        """A fetch pod's ``GET /progress`` (``None`` when not readable), like :meth:`read_state`."""
-        return await self._read_pod(FetchProgress, PROGRESS_PATH, namespace, pod["metadata"]["name"],
-                                    DEFAULT_PROGRESS_PORT, (pod.get("status") or {}).get("podIP"))
-
-    async def _read_pod(self, model: type[_Doc], path: str, namespace: str, pod: str, port: int,
-                        pod_ip: str | None) -> _Doc | None:
-        try:
-            if not self._state_via_proxy:
-                if not pod_ip:
-                    return None
-                return model.model_validate(await self._get_direct(pod_ip, port, path))
-            body = await self._call(POD, "get", namespace, f"{pod}:{port}/{path}", resource="pods/proxy",
-                                    timeout=self._state_timeout_s)
-            return model.model_validate(body)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as error:
-            logger.debug("%s of pod %s/%s not readable at %s: %s", path, namespace, pod, pod_ip, error)
-        except ApiException as error:
-            logger.debug("%s of pod %s/%s not readable: HTTP %s %s", path, namespace, pod, error.status,
-                         error.reason)
-        except urllib3.exceptions.HTTPError as error:
-            logger.debug("%s of pod %s/%s not readable: %s", path, namespace, pod, error)
-        except (ValueError, ValidationError) as error:  # JSONDecodeError is a ValueError
-            logger.debug("%s of pod %s/%s is not a %s: %s", path, namespace, pod, model.__name__, error)
-        return None
-
-    async def read_states(self, namespace: str, pods: Sequence[Mapping[str, Any]],
-                          port: int = DEFAULT_RUNTIME_PORT) -> dict[str, RuntimeState | None]:
-        """States of the running pods (concurrently); pods not running get ``None`` unasked."""
-
-        names = [pod["metadata"]["name"] for pod in pods]
-        running = [name for pod, name in zip(pods, names, strict=True)
-                   if (pod.get("status") or {}).get("phase") == "Running"
-                   and not pod["metadata"].get("deletionTimestamp")]
-        ips = {pod["metadata"]["name"]: (pod.get("status") or {}).get("podIP") for pod in pods}
-        states = await asyncio.gather(*(self.read_state(namespace, name, port, pod_ip=ips[name])
-                                        for name in running))
-        result: dict[str, RuntimeState | None] = dict.fromkeys(names)
-        result.update(zip(running, states, strict=True))
-        return result
+    async def proxy_get(self, namespace: str, pod: str, port: int, path: str, *, timeout: float) -> Any:
+        """``GET <path>`` on ``pod``'s ``port`` through the API server's pod proxy (for
+        :class:`ascend_operator.podreads.PodReader`); the decoded JSON body. Errors raise."""
+        return await self._call(POD, "get", namespace, f"{pod}:{port}/{path}", resource="pods/proxy",
+                                timeout=timeout)

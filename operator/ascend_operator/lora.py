@@ -20,6 +20,7 @@ from ascend_runtime.lora_support import check_lora_support
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform, SpecError, display_model
 from ascend_operator.builders import build_engine_config, resolve_image
 from ascend_operator.builders.adapters import lora_enabled
+from ascend_operator.builders.modelcache import CachePlan, plan_cache
 from ascend_operator.settings import OperatorSettings
 
 #: The vllm-ascend version in an image tag: ``<tag>-vllm-ascend-v0.23.0[-a3]``.
@@ -53,25 +54,26 @@ def _in_spec_words(message: str) -> tuple[str, str]:
 
 def lora_problems(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[tuple[str, str]]:
     """``(field, message)`` for each LoRA setting of resource ``name`` the operator refuses."""
-    return _check(name, spec, settings)[0]
+    return _check(name, spec, settings, plan_cache(name, spec, settings))[0]
 
 
 def lora_warnings(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
     """What the guard warns of for resource ``name`` (the engine may not serve it), in spec words."""
-    return _check(name, spec, settings)[1]
+    return _check(name, spec, settings, plan_cache(name, spec, settings))[1]
 
 
-def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> list[str]:
+def enforce_lora(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings,
+                 cache_plan: CachePlan | None) -> list[str]:
     """Raise :class:`SpecError` naming each refused LoRA setting; else return the guard's warnings
-    (:func:`lora_warnings`), from one check."""
-    problems, warnings = _check(name, spec, settings)
+    (:func:`lora_warnings`), from one check (``cache_plan``: the pass's own, not planned again)."""
+    problems, warnings = _check(name, spec, settings, cache_plan)
     if problems:
         raise SpecError(problems)
     return warnings
 
 
-def _check(name: str, spec: AscendLLMDeploymentSpec,
-           settings: OperatorSettings) -> tuple[list[tuple[str, str]], list[str]]:
+def _check(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings,
+           cache_plan: CachePlan | None) -> tuple[list[tuple[str, str]], list[str]]:
     if not lora_enabled(spec) or spec.lora is None:
         return [], []
     problems: list[tuple[str, str]] = []
@@ -84,7 +86,7 @@ def _check(name: str, spec: AscendLLMDeploymentSpec,
                 "rename the adapter or set model.servedName",
             ))
     image = resolve_image(spec, settings)
-    config = build_engine_config(name, spec, settings, None, image)
+    config = build_engine_config(name, spec, settings, image=image, cache_plan=cache_plan)
     platform = "cpu" if spec.platform == Platform.CPU else "ascend"
     support = check_lora_support(config, platform, image_vllm_ascend(image))
     problems.extend(_in_spec_words(error) for error in support.errors)

@@ -17,7 +17,7 @@ from typing import Any
 from ascend_runtime.cachelayout import FetchPhase
 from ascend_runtime.config import AdapterPhase, RuntimeState
 
-from ascend_operator.api import AscendLLMDeploymentSpec
+from ascend_operator.api import AdapterDownloadStatus, AscendLLMDeploymentSpec, LoraAdapterStatus, LoraStatus
 from ascend_operator.cachestatus import AdapterDownload, describe
 
 #: The longest error kept per adapter (the status must stay small; the pod's /state has all of it).
@@ -27,32 +27,29 @@ ADAPTERS_FILE_INVALID = "AdaptersFileInvalid"
 ADAPTER_DOWNLOAD_FAILED = "AdapterDownloadFailed"
 
 
-def _download(download: AdapterDownload) -> dict[str, Any]:
+def _download(download: AdapterDownload) -> AdapterDownloadStatus:
     state = download.state
-    out: dict[str, Any] = {"source": download.source, "job": download.job, "phase": state.phase.value}
-    if state.reason:
-        out["reason"] = state.reason
-    if state.phase != FetchPhase.COMPLETE:
+    progress = download.progress if state.phase == FetchPhase.DOWNLOADING else None
+    return AdapterDownloadStatus(
+        source=download.source, job=download.job, phase=state.phase.value, reason=state.reason or None,
         # Without the retry countdown, so the status (and the Event) changes only when the download does.
-        out["message"] = describe(download.as_cache(), retry=False)[:MAX_ERROR]
-    progress = download.progress
-    if progress is not None and state.phase == FetchPhase.DOWNLOADING:
-        out["bytesDone"] = progress.bytes_done
-        if progress.bytes_total is not None:
-            out["bytesTotal"] = progress.bytes_total
-    return out
+        message=describe(download.as_cache(), retry=False)[:MAX_ERROR] if state.phase != FetchPhase.COMPLETE
+        else None,
+        bytes_done=progress.bytes_done if progress is not None else None,
+        bytes_total=progress.bytes_total if progress is not None else None,
+    )
 
 
 def lora_status(spec: AscendLLMDeploymentSpec,
                 replicas: Sequence[tuple[str, RuntimeState | None]],
-                downloads: Sequence[AdapterDownload] = ()) -> dict[str, Any] | None:
+                downloads: Sequence[AdapterDownload] = ()) -> LoraStatus | None:
     """``status.lora`` from ``(pod, runtime state)`` per replica and the hub adapters'
     ``downloads``; None while LoRA is off."""
     if spec.lora is None or not spec.lora.enabled:
         return None
     download_of = {adapter: download for download in downloads for adapter in download.adapters}
     reporting = [(pod, state) for pod, state in replicas if state is not None]
-    adapters = []
+    adapters: list[LoraAdapterStatus] = []
     for adapter in spec.lora.adapters:
         loaded = failed = 0
         last_error: str | None = None
@@ -66,17 +63,12 @@ def lora_status(spec: AscendLLMDeploymentSpec,
                 failed += 1
                 if last_error is None:
                     last_error = f"{pod}: {entry.last_error or 'failed'}"[:MAX_ERROR]
-        item: dict[str, Any] = {"name": adapter.name, "loaded": loaded, "failed": failed}
-        if last_error is not None:
-            item["lastError"] = last_error
-        if adapter.name in download_of:
-            item["download"] = _download(download_of[adapter.name])
-        adapters.append(item)
-    status: dict[str, Any] = {"replicas": len(reporting), "adapters": adapters}
+        download = download_of.get(adapter.name)
+        adapters.append(LoraAdapterStatus(name=adapter.name, loaded=loaded, failed=failed, last_error=last_error,
+                                          download=_download(download) if download is not None else None))
     file_errors = [f"{pod}: {state.adapters_error}" for pod, state in reporting if state.adapters_error]
-    if file_errors:
-        status["fileError"] = file_errors[0][:MAX_ERROR]
-    return status
+    return LoraStatus(replicas=len(reporting), adapters=adapters,
+                      file_error=file_errors[0][:MAX_ERROR] if file_errors else None)
 
 
 def _failed_everywhere(lora: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

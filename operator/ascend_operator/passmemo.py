@@ -20,27 +20,28 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ascend_operator.builders import ChildrenSummary, Observed
+from ascend_operator.builders import ChildrenSummary, Remembered
 from ascend_operator.k8s import ChildKind
 from ascend_operator.watchcache import WatchCache
 
 
-def inputs_digest(body: Mapping[str, Any], observed: Observed, choices: Sequence[object], settings: object) -> bytes:
-    """A digest of everything a build of ``body``'s children reads besides the cache."""
+def inputs_digest(body: Mapping[str, Any], remembered: Remembered, choices: Sequence[object],
+                  settings: object) -> bytes:
+    """A digest of everything a build of ``body``'s children reads besides the watch cache."""
 
     meta = body.get("metadata") or {}
     parts = [body.get("spec"), meta.get("annotations"), meta.get("generation"), meta.get("uid"), meta.get("name"),
-             observed.remembered_mode, observed.remembered_for, sorted(observed.adapter_jobs_complete),
-             sorted(observed.adapters_served.items()), [str(choice) for choice in choices], id(settings)]
+             remembered.remembered_mode, remembered.remembered_for, sorted(remembered.adapter_jobs_complete),
+             sorted(remembered.adapters_served.items()), [str(choice) for choice in choices], id(settings)]
     text = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
-def children_marks(cache: WatchCache, kinds: Sequence[ChildKind], namespace: str, label: str) -> int:
-    """One number for the marks of every child of the resource the cache holds, of ``kinds``."""
+def children_marks(watch_cache: WatchCache, kinds: Sequence[ChildKind], namespace: str, label: str) -> int:
+    """One number for the marks of every child of the resource the watch cache holds, of ``kinds``."""
 
     return hash(tuple(sorted((kind.kind, name, mark) for kind in kinds
-                             for name, mark in cache.marks(kind.kind, namespace, label).items())))
+                             for name, mark in watch_cache.marks(kind.kind, namespace, label).items())))
 
 
 @dataclass(frozen=True)

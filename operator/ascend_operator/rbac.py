@@ -111,7 +111,7 @@ OPERATOR_RULES: tuple[Rule, ...] = (
          "Application: never called; held because the Endpoint Picker's Role grants them (it watches these "
          "kinds; RBAC escalation prevention), so the operator needs no escalate or bind", delegated=True),
     Rule(("",), ("pods/proxy",), ("get",),
-         "Application: each runtime's GET /state through the pod proxy (Kube.read_state), only when "
+         "Application: each runtime's GET /state through the pod proxy (PodReader.read_state), only when "
          "the operator runs outside the cluster (STATE_READ proxy); in a pod it reads the pod IP",
          pod_proxy=True),
 )

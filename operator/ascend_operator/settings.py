@@ -109,6 +109,12 @@ class OperatorSettings(BaseSettings):
     )
     # The Job's own retries, with Kubernetes' pod backoff (10 s doubling to 6 min); permanent
     # failures (no access, no such repo) stop at once through the Job's podFailurePolicy.
+    fetch_image: str = Field(
+        "ghcr.io/ascend-llm/operator:0.1.0",
+        description="Image of the fetch Jobs and init containers that write the model cache: the operator's "
+        "own (the chart sets it to the operator image), never spec.image, so only code the administrator "
+        "installed writes to a cache.",
+    )
     fetch_backoff_limit: int = Field(4, ge=0, le=20, description="backoffLimit of a fetch Job.")
     fetch_deadline_s: int = Field(6 * 3600, ge=1, description="activeDeadlineSeconds of a fetch Job.")
     # After a fetch Job failed for good, a new one is made this long after the failure (the user

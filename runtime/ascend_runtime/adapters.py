@@ -5,7 +5,8 @@ when the list changes and no pod restarts. While the engine serves (and once bef
 Ready), :class:`AdapterReconciler` reads the file (``lora.adaptersFile``, every
 ``lora.pollIntervalS``), asks the engine what it has loaded (``GET /v1/models``: adapters are the
 entries with a ``parent``), and closes the gap through vLLM's runtime endpoints
-(``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``): new names are loaded,
+(``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter``, with the launch's adapter token:
+:mod:`ascend_runtime.adaptergate` refuses them to anyone else): new names are loaded,
 removed ones unloaded, a name whose path changed is unloaded and loaded again. A failed load
 or unload is retried after ``lora.retryInitialS``, doubling per failure up to ``lora.retryMaxS``;
 the engine is never restarted for it. An adapter downloaded into the model cache (its entry has
@@ -33,6 +34,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from ascend_runtime.adaptergate import token_headers
 from ascend_runtime.cachelayout import CacheMarker
 from ascend_runtime.config import (
     Adapter,
@@ -172,10 +174,12 @@ def _error_message(status: int, text: str) -> str:
 
 
 class EngineAdapters:
-    """vLLM's adapter endpoints on the engine's API server."""
+    """vLLM's adapter endpoints on the engine's API server; ``token`` is the launch's adapter token
+    (:mod:`ascend_runtime.adaptergate`), sent with every load and unload."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, token: str | None = None) -> None:
         self.base_url = base_url
+        self.token = token
 
     async def loaded(self) -> dict[str, str]:
         """Loaded adapters, name -> path: the ``/v1/models`` entries that have a ``parent``."""
@@ -199,7 +203,8 @@ class EngineAdapters:
     async def _post(self, route: str, body: dict, seconds: float) -> None:
         timeout = aiohttp.ClientTimeout(total=seconds)
         try:
-            async with aiohttp.ClientSession(timeout=timeout, headers=api_key_headers()) as session:
+            headers = {**api_key_headers(), **token_headers(self.token)}
+            async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
                 async with session.post(f"{self.base_url}{route}", json=body) as response:
                     if response.status != 200:
                         raise AdapterRequestError(_error_message(response.status, await response.text()),

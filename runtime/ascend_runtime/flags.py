@@ -1,6 +1,7 @@
 """Render the engine command line for the installed vLLM / vllm-ascend, per graph-mode rung.
 
 Pure: :func:`graph_ladder` and :func:`render_engine_command` read an :class:`EngineConfig` and a
+from ascend_runtime.adaptergate import MIDDLEWARE as ADAPTER_GATE_MIDDLEWARE
 :class:`~ascend_runtime.versions.Versions` and return data; nothing is executed or read. The
 graph-mode eras per version and chip, how each rung is rendered, the demotion order, and what
 is done where the engine gives no guidance (unknown ``additional_config`` keys,
@@ -17,7 +18,10 @@ from typing import Any
 
 from packaging.version import Version
 
-from ascend_runtime.config import Chip, EngineConfig, GraphMode, GraphPolicy
+from ascend_runtime.adaptergate import MIDDLEWARE as ADAPTER_GATE_MIDDLEWARE
+from ascend_runtime.config import Chip, EngineConfig, GraphMode
+from ascend_runtime.ladder import ALL_MODES, MODES_310P, MODES_EAGER, MODES_PIECEWISE, ladder
+from ascend_runtime.ladder import effective as effective_mode
 from ascend_runtime.lora_support import check_lora_support
 from ascend_runtime.versions import Versions, parse_version
 
@@ -57,27 +61,6 @@ ERA_ACLGRAPH = "aclgraph"
 ERA_CPU = "cpu"
 ERA_CUDA = "cuda"
 
-_ALL_MODES = (
-    GraphMode.FULL_AND_PIECEWISE,
-    GraphMode.FULL,
-    GraphMode.FULL_DECODE_ONLY,
-    GraphMode.PIECEWISE,
-    GraphMode.EAGER,
-)
-_DEMOTE = {
-    GraphMode.FULL_AND_PIECEWISE: GraphMode.PIECEWISE,
-    GraphMode.FULL: GraphMode.PIECEWISE,
-    GraphMode.FULL_DECODE_ONLY: GraphMode.PIECEWISE,
-    GraphMode.PIECEWISE: GraphMode.EAGER,
-}
-_POLICY_MODE = {
-    GraphPolicy.FULL_AND_PIECEWISE: GraphMode.FULL_AND_PIECEWISE,
-    GraphPolicy.PIECEWISE: GraphMode.PIECEWISE,
-    GraphPolicy.FULL_DECODE_ONLY: GraphMode.FULL_DECODE_ONLY,
-    GraphPolicy.EAGER: GraphMode.EAGER,
-}
-
-
 def _ascend_version(versions: Versions) -> Version:
     parsed = parse_version(versions.vllm_ascend)
     if parsed is None:
@@ -111,45 +94,32 @@ def supported_modes(config: EngineConfig, versions: Versions) -> tuple[tuple[Gra
     era = engine_era(versions)
     if era in (ERA_ENABLE_GRAPH_MODE, ERA_TORCHAIR, ERA_ACLGRAPH) and _is_310p(config, versions):
         if era == ERA_ACLGRAPH and _ascend_version(versions) >= V0_18:
-            return (GraphMode.FULL_DECODE_ONLY, GraphMode.EAGER), GraphMode.FULL_DECODE_ONLY
-        return (GraphMode.EAGER,), GraphMode.EAGER
+            return MODES_310P, GraphMode.FULL_DECODE_ONLY
+        return MODES_EAGER, GraphMode.EAGER
     if era == ERA_ENABLE_GRAPH_MODE:
-        return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.EAGER
+        return MODES_PIECEWISE, GraphMode.EAGER
     if era == ERA_CPU and _lora_on(config):
-        return (GraphMode.EAGER,), GraphMode.EAGER
+        return MODES_EAGER, GraphMode.EAGER
     if era in (ERA_TORCHAIR, ERA_CPU):
-        return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.PIECEWISE
+        return MODES_PIECEWISE, GraphMode.PIECEWISE
     if era == ERA_ACLGRAPH:
         if _ascend_version(versions) >= V0_23:
-            return _ALL_MODES, GraphMode.FULL_AND_PIECEWISE
-        return tuple(m for m in _ALL_MODES if m is not GraphMode.FULL_AND_PIECEWISE), GraphMode.PIECEWISE
+            return ALL_MODES, GraphMode.FULL_AND_PIECEWISE
+        return tuple(m for m in ALL_MODES if m is not GraphMode.FULL_AND_PIECEWISE), GraphMode.PIECEWISE
     vllm = parse_version(versions.vllm)
     if vllm is not None and vllm >= VLLM_CUDAGRAPH_MODE:
         default = (
             GraphMode.FULL_AND_PIECEWISE if vllm >= VLLM_FULL_AND_PIECEWISE_DEFAULT else GraphMode.PIECEWISE
         )
-        return _ALL_MODES, default
-    return (GraphMode.PIECEWISE, GraphMode.EAGER), GraphMode.PIECEWISE
-
-
-def _effective(mode: GraphMode, supported: tuple[GraphMode, ...]) -> GraphMode:
-    while mode not in supported:
-        mode = _DEMOTE[mode]
-    return mode
+        return ALL_MODES, default
+    return MODES_PIECEWISE, GraphMode.PIECEWISE
 
 
 def graph_ladder(config: EngineConfig, versions: Versions) -> list[GraphMode]:
-    """The rungs to try, in order: policy's start (or the remembered start mode) down to EAGER."""
-    supported, default = supported_modes(config, versions)
-    policy = config.graph.policy
-    start = _effective(default if policy is GraphPolicy.AUTO else _POLICY_MODE[policy], supported)
-    ladder = [start]
-    while ladder[-1] is not GraphMode.EAGER:
-        ladder.append(_effective(_DEMOTE[ladder[-1]], supported))
-    remembered = config.graph.start_mode
-    if remembered is not None and remembered in ladder:
-        ladder = ladder[ladder.index(remembered) :]
-    return ladder if config.graph.fallback else ladder[:1]
+    """The rungs to try, in order: policy's start (or the remembered start mode) down to EAGER
+    (the rule: :func:`ascend_runtime.ladder.ladder`, which the operator budgets with)."""
+    graph = config.graph
+    return ladder(graph.policy, graph.fallback, *supported_modes(config, versions), graph.start_mode)
 
 
 # --------------------------------------------------------------------------------------------
@@ -547,6 +517,7 @@ def _base_args(
         argv += ["--enable-lora", "--max-loras", str(lora.max_loras), "--max-lora-rank", str(lora.max_rank)]
         if lora.max_cpu_loras is not None:
             argv += ["--max-cpu-loras", str(lora.max_cpu_loras)]
+        argv += ["--middleware", ADAPTER_GATE_MIDDLEWARE]  # only the runtime may load or unload
     if vllm is not None and vllm >= VLLM_SHUTDOWN_TIMEOUT:
         argv += ["--shutdown-timeout", str(engine.shutdown_timeout_s)]
     elif vllm is not None:
@@ -746,7 +717,7 @@ def render_engine_command(
     warnings += support.warnings
     era = engine_era(versions)
     supported, _ = supported_modes(config, versions)
-    effective = _effective(mode, supported)
+    effective = effective_mode(mode, supported)
     if effective is not mode:
         warnings.append(f"graph mode {mode.value} is not available here ({era}); rendering {effective.value}")
     mode = effective

@@ -50,6 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ascend_runtime import adaptergate
 from ascend_runtime.adapters import AdapterReconciler, EngineAdapters
 from ascend_runtime.config import GraphMode, RuntimePhase, WarmupReport
 from ascend_runtime.distributed import plan_distributed
@@ -58,6 +59,7 @@ from ascend_runtime.flags import graph_ladder
 from ascend_runtime.launch import LaunchKind, LaunchResult
 from ascend_runtime.logclass import Event, EventKind, Outcome
 from ascend_runtime.rolehost import RoleHost
+from ascend_runtime.enginelimits import engine_limits
 from ascend_runtime.warmup import run_warmup
 
 log = logging.getLogger(__name__)
@@ -129,8 +131,9 @@ class LeaderRole:
         self._pre_commands_done = False
         #: This launch passes ``--shutdown-timeout``: the engine drains itself on SIGTERM.
         self._engine_drains = False
-        self._engine_argv: list[str] | None = None
+        self._engine_argv: list[str] = []
         self._reconciler: AdapterReconciler | None = None
+        self._adapter_token: str | None = None  # this launch's, for the engine's adapter gate
 
     async def __aenter__(self) -> LeaderRole:
         return self
@@ -182,7 +185,7 @@ class LeaderRole:
             log.warning("engine flags: %s", warning)
         assert plan.engine_argv is not None  # only Ray workers run no engine
         self._engine_drains = "--shutdown-timeout" in plan.engine_argv
-        self._engine_argv = list(plan.engine_argv)  # the warmup derives its plan from it
+        self._engine_argv = list(plan.engine_argv)  # the warmup's limits and derived plan come from it
         if plan.pre_commands and not self._pre_commands_done:
             # Before the mode is published: workers start only once the leader's side is up.
             failed = await host.run_pre_commands(plan.pre_commands, plan.env)
@@ -204,7 +207,11 @@ class LeaderRole:
         self._capture_started = asyncio.Event()
         self._serving = False
         launched = time.monotonic()
-        engine, exit_task = await host.start_engine(plan.engine_argv, plan.env, self._on_event, "engine-exit",
+        env = plan.env
+        if self.config.lora is not None and self.config.lora.enabled:
+            self._adapter_token = adaptergate.new_token()
+            env = {**env, adaptergate.TOKEN_ENV: self._adapter_token}
+        engine, exit_task = await host.start_engine(plan.engine_argv, env, self._on_event, "engine-exit",
                                                    mode=mode)
         try:
             result = await self._start_phase(engine, exit_task, launched)
@@ -322,9 +329,10 @@ class LeaderRole:
         self.store.set_warmup(WarmupReport(outcome="running"))
         if self.config.warmup.enabled:
             model = self.config.model.served_name or self.config.model.path
+            limits = engine_limits(self._engine_argv, self.config.engine, cpu=host.versions.platform == "cpu")
             warm = asyncio.create_task(run_warmup(
-                host.engine_base_url, model, self.config.warmup,
-                self.config.engine.max_model_len, self.config.engine.max_num_seqs, self._engine_argv,
+                host.engine_base_url, model, self.config.warmup, limits.max_model_len, limits.max_num_seqs,
+                limits.seqs_from, engine_argv=self._engine_argv,
             ))
             stop_wait = asyncio.create_task(host.stop_requested.wait())
             try:
@@ -360,7 +368,8 @@ class LeaderRole:
         if lora is None or not lora.enabled:
             return None
         base = self.config.model.served_name or self.config.model.path
-        return AdapterReconciler(lora, EngineAdapters(self.host.engine_base_url), self.store, [base])
+        engine = EngineAdapters(self.host.engine_base_url, token=self._adapter_token)
+        return AdapterReconciler(lora, engine, self.store, [base])
 
     async def _serve_phase(self, engine: EngineProcess, exit_task: asyncio.Task) -> LaunchResult:
         host = self.host

@@ -78,10 +78,6 @@ class Versions:
         return version_at_least(self.vllm_ascend, minimum)
 
     @property
-    def is_ascend(self) -> bool:
-        return self.platform == "ascend"
-
-    @property
     def is_310p(self) -> bool:
         return self.chip_name is not None and self.chip_name.upper().startswith("310P")
 

@@ -2,23 +2,29 @@
 
 First requests after start-up are slow on Ascend (kernels compile on first use, new shapes
 recompile), so a pod must not take traffic before it has served the shapes users send. The
-plan covers every configured prompt length at every configured concurrency level (clipped
-to what the engine accepts), as completions with exact token-id prompts (exact shapes,
-whatever the tokenizer) and, when enabled, once per concurrency level through the chat
-template. Every request must succeed; one that fails makes the warmup, and the start, fail.
-One exception: a model without a chat template (a base model) answers chat requests with HTTP
-400 naming the missing template. That is the model, not the engine: the remaining chat waves are
-skipped and the warmup succeeds with a warning saying so (``warmup.chat: false`` skips them from
-the start).
+plan covers every configured prompt length at every configured concurrency level, as
+completions with exact token-id prompts (exact shapes, whatever the tokenizer) and, when enabled,
+once per concurrency level through the chat template. Every request must succeed; one that fails
+makes the warmup, and the start, fail. One exception: a model without a chat template (a base
+model) answers chat requests with HTTP 400 naming the missing template. That is the model, not
+the engine: the remaining chat waves are skipped and the warmup succeeds with a warning saying so
+(``warmup.chat: false`` skips them from the start).
 
-Given the engine's rendered argv, the plan is also derived from the engine's configuration
-(:func:`engine_shapes`, :func:`derived_plan`): a ladder of prompt lengths up to the longest one
-the model length allows (``max_model_len - max_tokens - margin``), the chunked-prefill size
-(``--max-num-batched-tokens``), and one decode wave whose requests end one group at a time so the
-running batch passes through every captured graph size up to ``--max-num-seqs``. Its cost is
+The plan is derived from the engine's rendered argv (:func:`engine_shapes`, :func:`derived_plan`):
+a ladder of prompt lengths up to the longest one the model length allows (``max_model_len -
+max_tokens - margin``), the chunked-prefill size (``--max-num-batched-tokens``), and one decode
+wave whose requests end one group at a time so the running batch passes through every captured
+graph size up to ``--max-num-seqs``. It fits the engine's limits by construction; its cost is
 bounded by :data:`DERIVED_PROMPT_TOKEN_BUDGET` and :data:`DERIVED_REQUEST_BUDGET` (the longest
-prompt and the chunk are always sent on top) and, like the rest, by ``warmup.timeoutSeconds``. Lengths and levels the user
-lists are sent as before, on top of the derived plan; left out, the fixed defaults give way to it.
+prompt and the chunk are always sent on top) and, like the rest, by ``warmup.timeoutSeconds``.
+Lengths and levels the user lists are sent on top of it; left out, the fixed defaults give way
+to it (they are used only when the model length is unknown, with no argv or no ``/v1/models``).
+
+What the user lists is checked against the engine's limits before the first request
+(:func:`ascend_runtime.enginelimits.fit_warmup`): a prompt length or concurrency the user set
+that the engine cannot run fails the warmup with a reason naming both fields (never clipped);
+defaults still in use that do not fit are left out or lowered with a warning in
+``status.warmup.warnings``.
 """
 
 from __future__ import annotations
@@ -30,11 +36,12 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 
 from ascend_runtime.config import WarmupConfig
+from ascend_runtime.enginelimits import LENGTH_MARGIN, WarmupFit, fit_warmup
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +52,6 @@ PROMPT_TOKEN_RANGE = range(100, 1000)
 #: "... you must provide a chat template if the tokenizer does not define one", "Cannot use chat
 #: template functions because tokenizer.chat_template is not set ...".
 _NO_TEMPLATE = re.compile(r"chat[ _]template", re.IGNORECASE)
-#: Tokens kept free between a prompt and the model length, besides the generated ones.
-LENGTH_MARGIN = 8
 
 
 #: vLLM's OpenAI-server defaults when the argv leaves them out (vllm/engine/arg_utils.py
@@ -251,21 +256,31 @@ def plan_warmup(config: WarmupConfig, max_model_len: int | None, max_num_seqs: i
                 shapes: EngineShapes | None = None) -> list[list[WarmupRequest]]:
     """The waves of requests to send: each inner list is sent concurrently.
 
-    Pure: the lengths are clipped to ``max_model_len - max_tokens - margin`` and concurrency
-    to ``max_num_seqs``; duplicates after clipping are dropped, order is ascending. With the
-    engine's ``shapes`` (and a known model length) the derived waves (:func:`derived_plan`) come
-    first; the user's lengths and levels follow (every length at every level), or, when the user
-    listed neither, only the chat waves do (at concurrency 1).
+    Pure. Raises :class:`WarmupRefused` when a value the user set does not fit the limits
+    (``None``: unknown; see :func:`fit_warmup`). With the engine's ``shapes`` and a known model
+    length the derived waves (:func:`derived_plan`) come first and replace the defaults; the
+    user's lengths and levels follow (every length at every level), or, when the user listed
+    neither, only the chat waves do (at concurrency 1). Without them the (fitted) defaults are sent.
     """
 
     derived = None
     if shapes is not None and max_model_len is not None:
         derived = derived_plan(shapes, max_model_len, config.max_tokens)
+    fit = fit_warmup(config, max_model_len, max_num_seqs, defaults_replaced=derived is not None)
+    return waves_of(config, fit, derived)
+
+
+def waves_of(config: WarmupConfig, fit: WarmupFit,
+             derived: DerivedPlan | None = None) -> list[list[WarmupRequest]]:
+    """The waves for an already checked ``fit`` (after the ``derived`` ones, if any), ascending by
+    concurrency then length."""
+
+    if fit.refusals:
+        raise WarmupRefused("; ".join(fit.refusals))
     given = config.model_fields_set
     user_lengths = derived is None or "prompt_lengths" in given
-    limit = None if max_model_len is None else max(1, max_model_len - config.max_tokens - LENGTH_MARGIN)
-    lengths = sorted({min(length, limit) if limit else length for length in config.prompt_lengths})
-    levels = sorted({min(level, max_num_seqs) if max_num_seqs else level for level in config.concurrency})
+    lengths = sorted(set(fit.prompt_lengths))
+    levels = sorted(set(fit.concurrency))
     waves: list[list[WarmupRequest]] = []
     chunk = derived.chunk if derived is not None else 0
     if derived is not None:
@@ -329,44 +344,48 @@ def api_key_headers(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+class WarmupRefused(WarmupError):
+    """The warmup asks for more than the engine's limits allow (nothing was sent)."""
+
+
 class NoChatTemplate(WarmupError):
     """The engine refused a chat request because the model defines no chat template."""
 
 
-async def served_max_model_len(session: aiohttp.ClientSession, base_url: str) -> int | None:
-    """The model length the engine serves with (vLLM's ``/v1/models`` ``max_model_len``), or None."""
+async def engine_max_model_len(session: aiohttp.ClientSession, base: str, model: str) -> int | None:
+    """The ``max_model_len`` the engine reports for ``model`` on ``/v1/models`` (vLLM lists it)."""
 
     try:
-        async with session.get(f"{base_url}/v1/models") as response:
+        async with session.get(f"{base}/v1/models") as response:
             if response.status != 200:
                 return None
-            data = await response.json(content_type=None)
-        value = (data.get("data") or [{}])[0].get("max_model_len")
-        return int(value) if isinstance(value, int) and value > 0 else None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError, IndexError, TypeError):
+            listing = await response.json(content_type=None)
+    except (aiohttp.ClientError, ValueError):
         return None
+    for entry in listing.get("data", []) if isinstance(listing, dict) else []:
+        if isinstance(entry, dict) and entry.get("id") == model and isinstance(entry.get("max_model_len"), int):
+            return entry["max_model_len"]
+    return None
 
 
 async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_len: int | None,
-                     max_num_seqs: int | None, engine_argv: Sequence[str] | None = None) -> WarmupResult:
+                     max_num_seqs: int | None, seqs_from: str = "",
+                     engine_argv: Sequence[str] | None = None) -> WarmupResult:
     """Send the plan to the engine at ``base_url``; never raises for engine errors.
 
-    With ``engine_argv`` the plan includes the waves derived from it; the model length comes from
-    the argv, else ``max_model_len``, else the engine's ``/v1/models``.
+    ``max_model_len`` None: the argv's, else the engine's own (the model's config.json), read from
+    ``/v1/models`` before the first request; ``max_num_seqs`` None: the argv's, else not checked.
+    With ``engine_argv`` the plan includes the waves derived from it. A warmup that does not fit
+    fails here, before anything is sent, with the reason (``status.warmup.reason``).
     """
 
     started = time.monotonic()
     shapes = engine_shapes(engine_argv) if engine_argv is not None else None
     if shapes is not None:
-        max_model_len = shapes.max_model_len or max_model_len
-        max_num_seqs = shapes.max_num_seqs or max_num_seqs
-        if max_model_len is None:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10),
-                                             headers=api_key_headers()) as session:
-                max_model_len = await served_max_model_len(session, base_url)
-        if max_model_len is not None:
-            log.info("warmup plan %s", derived_plan(shapes, max_model_len, config.max_tokens).describe())
-    waves = plan_warmup(config, max_model_len, max_num_seqs, shapes)
+        max_model_len = max_model_len or shapes.max_model_len
+        max_num_seqs = max_num_seqs or shapes.max_num_seqs
+        # The derived plan sizes its decode wave by the limit the checks use (vLLM's platform default).
+        shapes = replace(shapes, max_num_seqs=max_num_seqs)
     sent = 0
     steps: list[dict] = []
     warnings: list[str] = []
@@ -374,8 +393,20 @@ async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_
     try:
         async with aiohttp.ClientSession(timeout=timeout, headers=api_key_headers()) as session:
             async with asyncio.timeout(config.timeout_s):
-                for wave in waves:
-                    if wave[0].kind == "chat" and warnings:
+                len_from = ""
+                if max_model_len is None:
+                    max_model_len = await engine_max_model_len(session, base_url, model)
+                    len_from = " (engine.maxModelLen unset: the model's own, as the engine reports it)"
+                derived = None
+                if shapes is not None and max_model_len is not None:
+                    derived = derived_plan(shapes, max_model_len, config.max_tokens)
+                    log.info("warmup plan %s", derived.describe())
+                fit = fit_warmup(config, max_model_len, max_num_seqs, len_from, seqs_from,
+                                 defaults_replaced=derived is not None)
+                warnings.extend(fit.notes)
+                no_template = False
+                for wave in waves_of(config, fit, derived):
+                    if wave[0].kind == "chat" and no_template:
                         continue  # no chat template: the other chat waves would fail alike
                     wave_start = time.monotonic()
                     outcomes = await asyncio.gather(*(
@@ -387,6 +418,7 @@ async def run_warmup(base_url: str, model: str, config: WarmupConfig, max_model_
                     if failures and all(isinstance(error, NoChatTemplate) for error in failures):
                         warnings.append(f"chat warmup skipped: {failures[0]} (set warmup.chat: false to "
                                         "skip it without trying)")
+                        no_template = True
                         continue
                     for error in failures:
                         if not isinstance(error, NoChatTemplate):

@@ -179,3 +179,40 @@ def test_a_claim_of_someone_else_is_not_taken_over(api: Any, operator: Any, name
              == "ChildConflict")
     claim = _core(api).read_namespaced_persistent_volume_claim("qwen-model-cache", namespace)
     assert claim.spec.resources.requests["storage"] == "1Gi" and not jobs(api, namespace)
+
+
+def test_a_new_image_or_token_of_a_cached_resource_updates_the_workload_in_one_pass(
+        api: Any, operator: Any, namespace: str, volume: Any) -> None:
+    """A Job's template is immutable: the fetch Job runs the operator's own image (spec.image is
+    not in it) and is named after its template, so a new token reference is a new Job; the
+    request a fetch completed is remembered, so the workload is not held back by that Job."""
+    import kubernetes
+
+    spec = {**CPU, "image": "registry.example.com/llm/vllm-cpu:1.0",
+            "model": {**HUB, "tokenSecretRef": {"name": "hf-a", "key": "token"},
+                      "cache": {"create": {"size": "10Gi", "storageClassName": volume()}}}}
+    create(api, namespace, "qwen", spec)
+    made = wait_for("the Deployment, once the Job completed", lambda: deployment(api, namespace, "qwen"))
+    (first,) = jobs(api, namespace)
+    from ascend_operator.settings import OperatorSettings
+
+    # The operator's own image, never spec.image (a tenant's code must not write to the cache).
+    assert first.spec.template.spec.containers[0].image == OperatorSettings.model_fields["fetch_image"].default
+    wait_for("status.modelCache.completedRequest",
+             lambda: status_of(api, namespace, "qwen").get("modelCache", {}).get("completedRequest"))
+
+    block_pods(api, namespace)  # no new fetch pod can run: nothing may wait for one
+    kubernetes.client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen",
+        {"spec": {"image": "registry.example.com/llm/vllm-cpu:1.1",
+                  "model": {"tokenSecretRef": {"name": "hf-b", "key": "token"}}}})
+    rolled = wait_for("the Deployment on the new image", lambda: (
+        d := deployment(api, namespace, "qwen")).spec.template.spec.containers[0].image.endswith(":1.1") and d)
+    assert rolled.metadata.uid == made.metadata.uid
+    (second,) = wait_for("the old Job replaced by the new token's", lambda: [
+        j for j in jobs(api, namespace) if j.metadata.name != first.metadata.name] or None)
+    env = second.spec.template.spec.containers[0].env
+    assert [e.value_from.secret_key_ref.name for e in env] == ["hf-b"]
+    wait_for("the old Job deleted", lambda: first.metadata.name not in {j.metadata.name for j in jobs(api, namespace)})
+    progressing = condition(get(api, namespace, "qwen"), "Progressing")
+    assert progressing.get("reason") != "ChildRefused", progressing

@@ -9,7 +9,8 @@
   status subresource as a gateway controller would, reach status.routing and the condition.
 - RBAC escalation prevention: a ServiceAccount holding exactly the operator's rules
   (rbac.cluster_role_rules) may create the EPP's Role and RoleBinding; without the delegated
-  rules the server refuses the Role.
+  rules the server refuses the Role for escalation (its message says so; the account's own
+  binding is shown active first, since an account not yet bound gets a 403 too).
 - The EPP's pod is admitted in a namespace that enforces the restricted Pod Security level.
 """
 
@@ -253,8 +254,8 @@ def _bound_account(api: Any, namespace: str, rules: list[dict[str, Any]], made: 
     return f"system:serviceaccount:{namespace}:{name}"
 
 
-def _apply_as(api: Any, user: str, obj: dict[str, Any]) -> int:
-    """Server-side apply ``obj`` impersonating ``user``; the HTTP status."""
+def _apply_as(api: Any, user: str, obj: dict[str, Any]) -> tuple[int, str]:
+    """Server-side apply ``obj`` impersonating ``user``; the HTTP status and the response body."""
     import json
 
     kind = {"Role": "roles", "RoleBinding": "rolebindings"}[obj["kind"]]
@@ -265,8 +266,20 @@ def _apply_as(api: Any, user: str, obj: dict[str, Any]) -> int:
         header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json",
                        "Impersonate-User": user}, body=json.dumps(obj), auth_settings=["BearerToken"])
     response = api.call_api(method, url, header_params=headers, body=body, post_params=post)
-    response.read()
-    return response.status
+    return response.status, response.read().decode()
+
+
+def _may(api: Any, user: str, verb: str, resource: str, namespace: str) -> bool:
+    """Whether the API server's authorizer lets ``user`` ``verb`` rbac.authorization.k8s.io
+    ``resource`` in ``namespace`` now (a SubjectAccessReview: the same authorizer requests meet)."""
+    import kubernetes
+
+    review = kubernetes.client.AuthorizationV1Api(api).create_subject_access_review({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "groups": ["system:serviceaccounts", "system:authenticated"],
+                 "resourceAttributes": {"group": "rbac.authorization.k8s.io", "resource": resource,
+                                        "verb": verb, "namespace": namespace}}})
+    return bool(review.status.allowed)
 
 
 def test_the_operators_rules_let_it_create_the_epps_role_and_binding_without_escalate_or_bind(
@@ -280,16 +293,24 @@ def test_the_operators_rules_let_it_create_the_epps_role_and_binding_without_esc
         "qwen", namespace, parse_spec(_resource("qwen", {})["spec"]), OperatorSettings())}
     role, binding = objects["Role"], objects["RoleBinding"]
     held = _bound_account(api, namespace, cluster_role_rules(), cluster_roles)
-    wait_for("the Role applied as the operator", lambda: _apply_as(api, held, role) in (200, 201), timeout_s=WAIT_S)
-    assert _apply_as(api, held, binding) in (200, 201)
+    wait_for("the Role applied as the operator", lambda: _apply_as(api, held, role)[0] in (200, 201),
+             timeout_s=WAIT_S)
+    assert _apply_as(api, held, binding)[0] in (200, 201)
 
-    # Without the delegated rules (held only to grant them) the server refuses the Role.
+    # Without the delegated rules (held only to grant them) the server refuses the Role: for
+    # escalation, once the account may otherwise patch Roles (its binding is active).
     fewer = [r.as_policy_rule() for r in OPERATOR_RULES
              if not r.delegated and not r.leader_election and not r.pod_proxy]
     lacking = _bound_account(api, namespace, fewer, cluster_roles)
     role["metadata"] = {**role["metadata"], "name": "qwen-epp-2"}
-    time.sleep(2)  # the new binding is in the authorizer's cache
-    assert _apply_as(api, lacking, role) == 403
+    wait_for("the account's binding active", lambda: _may(api, lacking, "patch", "roles", namespace),
+             timeout_s=WAIT_S)
+    status, body = _apply_as(api, lacking, role)
+    assert status == 403, body
+    assert "is attempting to grant RBAC permissions not currently held" in body, body
+    # What an account without an active binding gets: a 403 as well, but not for escalation.
+    status, body = _apply_as(api, f"system:serviceaccount:{namespace}:unbound", role)
+    assert status == 403 and "is attempting to grant" not in body, body
 
 
 def test_the_endpoint_pickers_pod_is_admitted_under_the_restricted_pod_security_level(

@@ -7,10 +7,15 @@
   running against the API server.
 - Pod Security: the engine pods the builders render and the chart's operator pod are created as
   Pods in namespaces that enforce ``baseline`` / ``restricted`` (kwok makes admitted ones Running).
-- Fuzz: specs generated from the CRD's own ``openAPIV3Schema`` (hypothesis-jsonschema) plus
-  mutations, each sent to the API server (dry-run create) and, when admitted, through the
-  operator's parse_spec + policy + build_children, whose children go to the API server too
-  (dry-run): no crash, every refusal names a field, nothing built for a refused spec.
+- Fuzz: specs generated from the CRD's own ``openAPIV3Schema`` (hypothesis-jsonschema), the
+  examples and a few seeds that build every child kind, plus mutations, each sent to the API
+  server (dry-run create) and, when admitted, through the operator's parse_spec + policy +
+  build_children, whose children of every kind (Job, PVC, the LeaderWorkerSet, the autoscalers,
+  the EPP's objects, the InferencePool and HTTPRoute: the add-on CRDs of tests/data/crds are
+  installed) go to the API server too (dry-run): no crash, every refusal names a field, nothing
+  built for a refused spec, every kind admitted at least once. The mutations include hostile
+  values for every path field of the CRD (fields named ``*path``, found in its schema); each is
+  also sent once on a spec where nothing else is wrong, and must be refused naming that field.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".cache" / "tools" / "bin" / "helm4"
 TIMEOUT_S = 60
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B"}}
+HUB_MODEL = {**HF, "revision": "main", "sizeGiB": 1}
 #: The administrator's policies the operator side runs with here (a shared cluster's settings).
 POLICY_ENV = {
     "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/data/models",
@@ -400,8 +406,97 @@ def _mutations() -> list[tuple[str, Any]]:
     ]
 
 
+#: Specs that build the child kinds the examples do not (under POLICY_ENV): the fetch Jobs of a hub
+#: model and a hub adapter, the cache claim, the routing objects, a ScaledObject; an HPA.
+SEEDS: tuple[dict[str, Any], ...] = (
+    {"platform": "CPU", "model": {**HUB_MODEL, "cache": {"create": {"size": "10Gi"}}},
+     "lora": {"adapters": [{"name": "chat", "source": {"huggingFace": {"id": "org/chat-lora"}}},
+                           {"name": "sql", "source": {"hostPath": {"path": "/data/models/adapters", "subPath": "sql"}}}]},
+     "routing": {"gateway": {"name": "gw"}}, "autoscaling": {"minReplicas": 1, "maxReplicas": 2}},
+    {"platform": "CPU", "model": {**HUB_MODEL, "cache": {"hostPath": "/data/models/cache"}},
+     "autoscaling": {"minReplicas": 1, "maxReplicas": 2, "provider": "hpa"}},
+)
+
+
 def _examples() -> list[dict[str, Any]]:
-    return [yaml.safe_load(path.read_text(encoding="utf-8"))["spec"] for path in sorted((ROOT / "examples").glob("*.yaml"))]
+    examples = [yaml.safe_load(path.read_text(encoding="utf-8"))["spec"]
+                for path in sorted((ROOT / "examples").glob("*.yaml"))]
+    return examples + [copy.deepcopy(seed) for seed in SEEDS]
+
+
+def _spec_schema() -> dict[str, Any]:
+    from ascend_operator.crdgen import CRD_PATHS
+
+    crd = yaml.safe_load((ROOT / CRD_PATHS[0]).read_text(encoding="utf-8"))
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def path_fields(node: dict[str, Any], prefix: str = "spec") -> list[str]:
+    """Every string field of the schema named ``*path`` (path, hostPath, subPath, mountPath ...),
+    as ``spec.lora.adapters[].source.hostPath.path``."""
+    found: list[str] = []
+    for name, child in (node.get("properties") or {}).items():
+        where = f"{prefix}.{name}"
+        if name.lower().endswith("path") and child.get("type") == "string":
+            found.append(where)
+        found += path_fields(child, where)
+    if isinstance(node.get("items"), dict):
+        found += path_fields(node["items"], prefix + "[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        found += path_fields(node["additionalProperties"], prefix + "{}")
+    return found
+
+
+def _adapter(source: dict[str, Any]) -> dict[str, Any]:
+    return {"lora": {"adapters": [{"name": "a", "source": source}]}}
+
+
+#: Where each path field goes in a spec that is otherwise fine (what replaces the spec's own
+#: ``model`` / ``lora``): a path field the CRD gains fails test_every_path_field_is_placed until
+#: it is added here.
+PATH_PLACES: dict[str, Any] = {
+    "spec.model.pvc.subPath": lambda v: {"model": {"pvc": {"claimName": "models", "subPath": v}}},
+    "spec.model.hostPath.path": lambda v: {"model": {"hostPath": {"path": v}}},
+    "spec.model.cache.hostPath": lambda v: {"model": {**HUB_MODEL, "cache": {"hostPath": v}}},
+    "spec.lora.adapters[].source.pvc.subPath": lambda v: _adapter({"pvc": {"claimName": "adapters", "subPath": v}}),
+    "spec.lora.adapters[].source.hostPath.path": lambda v: _adapter({"hostPath": {"path": v}}),
+    "spec.lora.adapters[].source.hostPath.subPath": lambda v: _adapter(
+        {"hostPath": {"path": "/data/models/adapters", "subPath": v}}),
+}
+#: Hostile values: absolute host paths (``*.path``, ``*.hostPath``) and paths inside a volume (``subPath``).
+HOSTILE_ABSOLUTE = ("/data/models/../../etc", "/data/models/x/..", "/data/models/./x", "/data/models//x",
+                    "/data/models/x/", "data/models/x", "/var/lib/kubelet", "/data/modelsevil/x", "/")
+HOSTILE_RELATIVE = ("../../etc", "a/../../b", "..", "a/./b", "/etc", "a//b", "a/")
+#: Path fields whose hostile values get through today, and why. The test fails when one is
+#: fixed (remove it here) or another field joins them; the fuzz leaves their hostile values out.
+KNOWN_GAPS: dict[str, str] = {}
+#: A value inside the policy (HOST_PATH_PREFIXES /data/models), to let the rest of the pipeline run.
+ALLOWED_PATH = {"absolute": "/data/models/qwen", "relative": "qwen/sql"}
+
+
+def _hostile(field: str) -> tuple[str, ...]:
+    return HOSTILE_RELATIVE if field.endswith("subPath") else HOSTILE_ABSOLUTE
+
+
+def _placed(field: str, value: str) -> Any:
+    def apply(spec: Any) -> dict[str, Any]:
+        out = copy.deepcopy(spec) if isinstance(spec, dict) else {}
+        out.update(PATH_PLACES[field](value))
+        return out
+    return apply
+
+
+def _path_mutations() -> list[tuple[str, Any]]:
+    mutations = []
+    for field in path_fields(_spec_schema()):
+        hostile = () if field in KNOWN_GAPS else _hostile(field)
+        for value in (*hostile, ALLOWED_PATH["relative" if field.endswith("subPath") else "absolute"]):
+            mutations.append((f"{field}={value}", _placed(field, value)))
+    return mutations
+
+
+class BuiltChildRefused(AssertionError):
+    """The operator built a child the API server refuses: a spec that half-applies."""
 
 
 class Pipeline:
@@ -415,20 +510,24 @@ class Pipeline:
         self.namespace = namespace
         self.settings = policy()
         self.served = frozenset({KEDA_API_VERSION, CUSTOM_METRICS_APIS[0], "leaderworkerset.x-k8s.io/v1"})
-        self.kube = Kube(api_client, field_manager="ascend-llm-tests", state_timeout_s=1)
+        self.kube = Kube(api_client, field_manager="ascend-llm-tests")
         self.tally: Counter[str] = Counter()
         self.admission_messages: Counter[str] = Counter()
         self.operator_fields: Counter[str] = Counter()
+        self.kinds_admitted: Counter[str] = Counter()
+        self.seconds: Counter[str] = Counter()  # time spent in admission and in the children's dry runs
 
-    def run(self, index: int, spec: Any) -> None:
+    def run(self, index: int, spec: Any) -> tuple[str, list[str]]:
+        """(what happened: ``admission``, ``operator`` or ``built``; the fields a refusal named)."""
         from ascend_operator.api import SpecError, parse_spec
-        from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler
-        from ascend_operator.builders.modelcache import plan_adapter_fetches, plan_cache
+        from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler, make_plans
         from ascend_operator.lora import enforce_lora
         from ascend_operator.policy import enforce_policy
 
         self.tally["sent"] += 1
+        started = time.monotonic()
         status, body = create(self.api_client, self.namespace, resource(f"f{index}", spec))
+        self.seconds["admission"] += time.monotonic() - started
         if status != 201:
             assert status == 422, (status, body)
             found = causes(body)
@@ -443,57 +542,111 @@ class Pipeline:
             self.tally["refused at admission"] += 1
             for field, _ in named:
                 self.admission_messages[field.lstrip(".").split("[")[0]] += 1
-            return
+            return "admission", [f.lstrip(".") for f, _ in named] + [m for _, m in found]
         stored = body["spec"]  # what the operator sees: pruned and as stored
-        children = None
         try:
             parsed = parse_spec(stored)
             enforce_policy(parsed, self.settings)
             # What the reconcile refuses besides (a repo id or revision the cache cannot lay out).
-            plan_cache(f"f{index}", parsed, self.settings)
-            plan_adapter_fetches(parsed, self.settings)
-            enforce_lora(f"f{index}", parsed, self.settings)
+            plans = make_plans(f"f{index}", parsed, self.settings)
+            enforce_lora(f"f{index}", parsed, self.settings, plans.cache_plan)
         except SpecError as error:
             assert error.problems and all(path.startswith("spec") for path, _ in error.problems), error
             self.tally["refused by the operator"] += 1
             for path, _ in error.problems:
                 self.operator_fields[path.split("[")[0]] += 1
-        else:
-            choice = choose_autoscaler(parsed, self.settings, self.served)
-            children = build_children(BuildMeta(f"f{index}", self.namespace, 1), parsed, self.settings,
-                                      autoscaler=choice.kind)
-            self.tally["built"] += 1
-            self.apply_core_children(children)
-        if children is None:
             self.tally["nothing built"] += 1
+            return "operator", [path for path, _ in error.problems]
+        choice = choose_autoscaler(parsed, self.settings, self.served)
+        children = build_children(BuildMeta(f"f{index}", self.namespace, 1), parsed, self.settings,
+                                  autoscaler=choice.kind, plans=plans)
+        self.tally["built"] += 1
+        self.apply_children(children)
+        return "built", []
 
-    def apply_core_children(self, children: Any) -> None:
-        """The children of kinds this cluster serves, through the API server (dry-run)."""
-        import kubernetes
-
+    def apply_children(self, children: Any) -> None:
+        """Every child built, of every kind, through the API server (dry-run)."""
         from ascend_operator.k8s import KINDS_BY_NAME, ChildRefused
 
-        for obj in (children.configmap, children.adapters_configmap, children.service, children.runtime_service,
-                    children.pdb, children.deployment):
-            if obj is None:
-                continue
-            try:  # as the operator sends it (its own Kube.apply), validated but not stored
-                asyncio.run(self.kube.apply(KINDS_BY_NAME[obj["kind"]], obj, dry_run=True))
-            except ChildRefused as error:
-                pytest.fail(f"the API server refused a built {obj['kind']}: {error}")
+        claim = () if children.cache_claim is None else (children.cache_claim,)
+        objects = (*claim, *children.objects())
+
+        async def apply_all() -> list[Any]:  # concurrently: a dry run stores nothing, order is moot
+            return await asyncio.gather(*(self.kube.apply(KINDS_BY_NAME[obj["kind"]], obj, dry_run=True)
+                                          for obj in objects), return_exceptions=True)
+
+        started = time.monotonic()
+        # As the operator sends them (its own Kube.apply): validated and admitted, not stored.
+        results = asyncio.run(apply_all())
+        self.seconds["children"] += time.monotonic() - started
+        for obj, result in zip(objects, results):
+            if isinstance(result, ChildRefused):
+                raise BuiltChildRefused(f"the API server refused a built {obj['kind']}: {result}")
+            if isinstance(result, BaseException):
+                raise result
             self.tally["children admitted"] += 1
+            self.kinds_admitted[obj["kind"]] += 1
 
 
-def test_fuzz_specs_from_the_crd_schema(api_client: Any, crd_installed: None, make_namespace: Any) -> None:
+@pytest.fixture
+def addon_crds(api_client: Any, crd_installed: None) -> None:
+    """Every add-on CRD a child kind needs: LeaderWorkerSet and KEDA (conftest), and the routing
+    ones (InferencePool, HTTPRoute, Gateway), established."""
+    from test_routing_on_server import _install_routing_crds
+
+    _install_routing_crds(api_client)
+
+
+def test_every_path_field_is_placed() -> None:
+    fields = path_fields(_spec_schema())
+    assert "spec.model.cache.hostPath" in fields and "spec.lora.adapters[].source.hostPath.path" in fields
+    assert sorted(fields) == sorted(PATH_PLACES), "give each path field of the CRD a place in PATH_PLACES"
+
+
+def _names(field: str, named: list[str]) -> bool:
+    """Whether a refusal's fields (or messages) name ``field`` or the object holding it."""
+    concrete = field.replace("[]", "[0]")
+    holder = concrete.rsplit(".", 1)[0]
+    return any(name in (concrete, holder) or name.startswith(f"{concrete}:") or f"{concrete}:" in name
+               or f"{holder}:" in name for name in named)
+
+
+def test_every_path_field_refuses_hostile_values_naming_it(api_client: Any, addon_crds: None,
+                                                          make_namespace: Any) -> None:
+    pipeline = Pipeline(api_client, make_namespace())
+    base = {"platform": "CPU", "model": {**HUB_MODEL, "cache": {"create": {"size": "10Gi"}}}}
+    counter = iter(range(10**9))
+    wrong: list[str] = []
+    for field in path_fields(_spec_schema()):
+        allowed = ALLOWED_PATH["relative" if field.endswith("subPath") else "absolute"]
+        outcome, named = pipeline.run(next(counter), _placed(field, allowed)(base))
+        assert outcome in ("built", "operator"), (field, allowed, named)  # the context itself is admitted
+        for value in _hostile(field):
+            try:
+                outcome, named = pipeline.run(next(counter), _placed(field, value)(base))
+            except BuiltChildRefused as error:
+                outcome, named = "built, then refused by the API server", [str(error)]
+            if outcome != "admission" and outcome != "operator" or not _names(field, named):
+                wrong.append(f"{field}={value!r}: {outcome} {named[:3]}")
+    print(f"\npath fields: {dict(pipeline.tally)}")
+    gaps = {entry.split("=", 1)[0] for entry in wrong}
+    assert gaps - set(KNOWN_GAPS) == set(), "\n".join(w for w in wrong if w.split("=", 1)[0] not in KNOWN_GAPS)
+    assert set(KNOWN_GAPS) - gaps == set(), f"fixed, remove from KNOWN_GAPS: {sorted(set(KNOWN_GAPS) - gaps)}"
+    assert pipeline.tally["built"], "no allowed value was built: the context is wrong"
+
+
+# The time goes to hypothesis-jsonschema and the operator's parse, not the API server (the run
+# prints both): about 0.4 s an example on a loaded two-core machine, past the default 600 s there.
+@pytest.mark.timeout(1800)
+def test_fuzz_specs_from_the_crd_schema(api_client: Any, addon_crds: None, make_namespace: Any) -> None:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
     from hypothesis_jsonschema import from_schema
 
-    from ascend_operator.crdgen import CRD_PATHS
+    from ascend_operator.k8s import CHILD_KINDS, PVC
 
-    crd = yaml.safe_load((ROOT / CRD_PATHS[0]).read_text(encoding="utf-8"))
-    spec_schema = _json_schema(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"])
-    mutations = _mutations()
+    spec_schema = _json_schema(_spec_schema())
+    mutations = _mutations() + _path_mutations()
     specs = st.one_of(from_schema(spec_schema), st.sampled_from(_examples()))
     pipeline = Pipeline(api_client, make_namespace())
     counter = iter(range(10**9))
@@ -511,9 +664,12 @@ def test_fuzz_specs_from_the_crd_schema(api_client: Any, crd_installed: None, ma
     tally = pipeline.tally
     print(f"\nfuzz: {dict(tally)} in {elapsed:.0f} s; admission refusals by field: "
           f"{pipeline.admission_messages.most_common(8)}; operator refusals by field: "
-          f"{pipeline.operator_fields.most_common(8)}")
+          f"{pipeline.operator_fields.most_common(8)}; children admitted by kind: {dict(pipeline.kinds_admitted)}; "
+          f"seconds in the API server: {({k: round(v) for k, v in pipeline.seconds.items()})}")
     assert tally["sent"] >= FUZZ_EXAMPLES
     assert tally["sent"] == tally["refused at admission"] + tally["refused by the operator"] + tally["built"]
     assert tally["nothing built"] == tally["refused by the operator"]
+    # Every kind the operator makes went through the API server at least once.
+    assert {kind.kind for kind in (*CHILD_KINDS, PVC)} <= set(pipeline.kinds_admitted), dict(pipeline.kinds_admitted)
     # Each way through is taken, or the run proves little.
     assert tally["refused at admission"] and tally["refused by the operator"] and tally["built"]

@@ -7,7 +7,10 @@ from the base model) from the first ready moment; the engine's ``vllm:lora_reque
 passes through the runtime's ``/metrics``; an adapter added to the file becomes servable
 and a removed one answers 404, the engine process staying the same; an adapter the engine
 refuses (rank above lora.maxRank) is Failed with the engine's reason while the rest serve. The
-time from the file change to the adapter answering is printed (docs/lora.md).
+time from the file change to the adapter answering is printed (docs/lora.md). A
+client of the engine's port is refused (403, the runtime's adapter gate in vLLM's
+``--middleware``) on every route that loads or unloads adapters, while the runtime's own loads
+go through.
 """
 
 from __future__ import annotations
@@ -77,6 +80,25 @@ def test_lora_on_cpu_runs_eager_and_serves_the_first_adapter_when_ready(lora_run
     status, base = complete(lora_runtime, str(tiny_model))
     assert status == 200
     assert adapted != base  # the adapter's weights are applied
+
+
+def test_clients_cannot_load_or_unload_adapters_while_the_runtime_can(lora_runtime, lora_dirs):
+    assert adapters(lora_runtime.state())["sql"]["state"] == "Loaded"  # the runtime's load passed the gate
+    engine = lora_runtime.engine_url
+    for method, route, body, headers in (
+        ("POST", "/v1/load_lora_adapter", {"lora_name": "evil", "lora_path": str(lora_dirs["chat"])}, {}),
+        ("POST", "/v1/unload_lora_adapter", {"lora_name": "sql"}, {}),
+        ("POST", "/v1/unload_lora_adapter", {"lora_name": "sql"}, {"X-Ascend-LLM-Adapter-Token": "guessed"}),
+        ("POST", "/adapters", {"name": "evil", "src": str(lora_dirs["chat"])}, {}),  # vLLM 0.32's SageMaker routes
+        ("DELETE", "/adapters/sql", None, {}),
+    ):
+        status, text = http(method, f"{engine}{route}", body, headers=headers)
+        assert status == 403, (method, route, status, text)
+        assert "reserved for the ascend-llm runtime" in json.loads(text)["error"]["message"]
+    assert complete(lora_runtime, "sql")[0] == 200
+    assert complete(lora_runtime, "evil")[0] == 404
+    _, listed = http("GET", f"{engine}/v1/models")
+    assert {c["id"] for c in json.loads(listed)["data"] if c.get("parent")} == {"sql"}
 
 
 def test_the_engines_lora_metric_passes_through_the_runtime(lora_runtime):

@@ -26,7 +26,8 @@ misbehaves on request through environment variables:
   stalls (comma-separated; default every engine); the others keep generating.
 - ``FAKE_ENGINE_LAUNCH_LOG``: append one line per launch (the argv) to this file.
 - ``FAKE_ENGINE_ENV_LOG``: append one JSON line per launch with the cache variables it got
-  (``VLLM_CACHE_ROOT``, ``TORCHAIR_CACHE_HOME``, ``HF_HUB_OFFLINE``) to this file.
+  (``VLLM_CACHE_ROOT``, ``TORCHAIR_CACHE_HOME``, ``HF_HUB_OFFLINE``), and the adapter token
+  (``ASCEND_LLM_ADAPTER_TOKEN``) when it got one, to this file.
 - ``FAKE_ENGINE_COMPILE``: in a graph mode, "compile" as vLLM does: write an artefact under
   ``$VLLM_CACHE_ROOT/torch_compile_cache/`` (warm caches keep it).
 - ``FAKE_ENGINE_CAPTURE_FAIL_MODES``: the graph modes in which ``FAKE_ENGINE_CAPTURE_FAIL``
@@ -63,9 +64,15 @@ LoRA, as vLLM 0.32 serves it (``entrypoints/openai/models/serving.py``,
 ``{lora_name}``: 200, or 404 when not loaded. Without the variable both routes are 404.
 ``/v1/models`` lists the loaded adapters with ``root`` (the path) and ``parent`` (the base model);
 a completion whose ``model`` is neither the base model nor a loaded adapter gets vLLM's 404.
-``FAKE_ENGINE_LORA_FAIL_LOADS``: the first N loads (counted in ``FAKE_ENGINE_STATE_DIR``) fail with
+``--middleware PATH`` (repeatable) imports each ASGI middleware class as vLLM does and runs it in
+front of every route, so the runtime's adapter gate (``ascend_runtime.adaptergate``) answers here
+as it does in vLLM. ``FAKE_ENGINE_LORA_FAIL_LOADS``: the first N loads (counted in ``FAKE_ENGINE_STATE_DIR``) fail with
 HTTP 500, as an engine error would, after printing ``FAKE_ENGINE_LORA_FAIL_LOG`` when set (vLLM's
 worker-exception lines for a refused adapter; the engine serves on).
+
+Model length: ``--max-model-len N`` (default ``FAKE_ENGINE_MAX_MODEL_LEN``, else 2048, standing in
+for the model's config.json) is listed as ``max_model_len`` on ``/v1/models`` as vLLM lists it; a
+completion whose token-id prompt plus ``max_tokens`` exceeds it gets vLLM's HTTP 400.
 
 SIGTERM: with ``--shutdown-timeout N`` new requests get 503 and in-flight ones get up to N s;
 without it in-flight requests are aborted (vLLM before 0.18).
@@ -84,6 +91,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import signal
@@ -112,6 +120,7 @@ class FakeEngine:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.graph = not args.enforce_eager
+        self.max_model_len = args.max_model_len
         self.started = time.monotonic()
         self.startup_s = env_float("FAKE_ENGINE_STARTUP_S") or 0.2
         self.engines = [EngineCore(index) for index in range(max(1, args.data_parallel_size))]
@@ -157,7 +166,8 @@ class FakeEngine:
         return web.Response(status=200 if self.ready() and not self.draining else 503)
 
     async def models(self, _: web.Request) -> web.Response:
-        cards = [{"id": self.base_name, "object": "model", "root": self.args.model, "parent": None}]
+        cards = [{"id": self.base_name, "object": "model", "root": self.args.model, "parent": None,
+                  "max_model_len": self.max_model_len}]
         cards += [{"id": name, "object": "model", "root": path, "parent": self.base_name}
                   for name, path in self.loras.items()]
         return web.json_response({"object": "list", "data": cards})
@@ -206,6 +216,12 @@ class FakeEngine:
                        "provide a chat template if the tokenizer does not define one.")
             return web.json_response({"object": "error", "message": message, "type": "BadRequestError",
                                       "param": None, "code": 400}, status=400)
+        prompt = body.get("prompt")
+        asked = (len(prompt) if isinstance(prompt, list) else 0) + int(body.get("max_tokens") or 16)
+        if asked > self.max_model_len:
+            message = (f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                       f"requested {asked} tokens. Please reduce the length of the input prompt.")
+            return vllm_error(message, "BadRequestError", 400)
         core = self.route(request)
         core.running += 1
         try:
@@ -263,6 +279,40 @@ def failing_load() -> bool:
         return False
     counter.write_text(str(failed + 1))
     return True
+
+
+def asgi_middleware(paths: list[str]):
+    """vLLM's ``--middleware`` classes (pure ASGI) in front of the fake's aiohttp routes."""
+
+    classes = []
+    for path in paths:
+        module, name = path.rsplit(".", 1)
+        classes.append(getattr(importlib.import_module(module), name))
+
+    @web.middleware
+    async def apply(request: web.Request, handler):
+        for cls in classes:
+            passed, sent = False, []
+
+            async def inner(scope, receive, send) -> None:
+                nonlocal passed
+                passed = True
+
+            async def send(message) -> None:
+                sent.append(message)
+
+            async def receive() -> dict:
+                return {"type": "http.request", "body": await request.read(), "more_body": False}
+
+            scope = {"type": "http", "method": request.method, "path": request.path,
+                     "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]}
+            await cls(inner)(scope, receive, send)
+            if not passed:  # the middleware answered itself
+                body = b"".join(message.get("body", b"") for message in sent[1:])
+                return web.Response(status=sent[0]["status"], body=body, content_type="application/json")
+        return await handler(request)
+
+    return apply
 
 
 def runtime_lora_updating() -> bool:
@@ -372,10 +422,12 @@ async def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--shutdown-timeout", type=float, default=None)
+    parser.add_argument("--max-model-len", type=int, default=int(os.environ.get("FAKE_ENGINE_MAX_MODEL_LEN", "2048")))
     parser.add_argument("--headless", action="store_true")
     parser.add_argument("--data-parallel-start-rank", type=int, default=None)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     parser.add_argument("--data-parallel-address", default=None)
+    parser.add_argument("--middleware", action="append", default=[])
     args, _unknown = parser.parse_known_args(argv)
     if log := os.environ.get("FAKE_ENGINE_LAUNCH_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
@@ -383,7 +435,10 @@ async def main() -> None:
     if log := os.environ.get("FAKE_ENGINE_ENV_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
             names = ("VLLM_CACHE_ROOT", "TORCHAIR_CACHE_HOME", "HF_HUB_OFFLINE")
-            handle.write(json.dumps({name: os.environ.get(name) for name in names}) + "\n")
+            logged = {name: os.environ.get(name) for name in names}
+            if "ASCEND_LLM_ADAPTER_TOKEN" in os.environ:
+                logged["ASCEND_LLM_ADAPTER_TOKEN"] = os.environ["ASCEND_LLM_ADAPTER_TOKEN"]
+            handle.write(json.dumps(logged) + "\n")
     if os.environ.get("FAKE_ENGINE_COMPILE") and not args.enforce_eager and os.environ.get("VLLM_CACHE_ROOT"):
         artefact = Path(os.environ["VLLM_CACHE_ROOT"]) / "torch_compile_cache" / "fake" / "graph.py"
         artefact.parent.mkdir(parents=True, exist_ok=True)
@@ -424,7 +479,7 @@ async def main() -> None:
         print_log(os.environ["FAKE_ENGINE_OOM_LOG"])
         os._exit(1)
 
-    app = web.Application()
+    app = web.Application(middlewares=[asgi_middleware(args.middleware)] if args.middleware else [])
     app.router.add_get("/health", engine.health)
     app.router.add_get("/v1/models", engine.models)
     app.router.add_post("/v1/completions", engine.complete)

@@ -29,15 +29,21 @@ def free_port() -> int:
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra`` merged in; a ``None`` in ``extra`` removes the key (back to the default)."""
     out = dict(base)
     for key, value in extra.items():
+        if value is None:
+            out.pop(key, None)
+            continue
         out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
 
 
-def http(method: str, url: str, body: Any = None, timeout: float = 30.0) -> tuple[int, str]:
+def http(method: str, url: str, body: Any = None, timeout: float = 30.0,
+         headers: dict[str, str] | None = None) -> tuple[int, str]:
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"content-type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, response.read().decode()

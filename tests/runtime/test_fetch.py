@@ -604,7 +604,7 @@ ADAPTER_FILES = {
 def test_a_hub_adapter_is_fetched_where_its_configmap_entry_points_and_the_runtime_accepts_it(tmp_path, source):
     import yaml
     from ascend_operator.api import parse_spec
-    from ascend_operator.builders import BuildMeta, Observed, build_children
+    from ascend_operator.builders import BuildMeta, Remembered, build_children
     from ascend_operator.builders.modelcache import CACHE_DIR, plan_adapter_fetches
     from ascend_operator.settings import load_settings
     from ascend_runtime.adapters import download_problem
@@ -631,7 +631,7 @@ def test_a_hub_adapter_is_fetched_where_its_configmap_entry_points_and_the_runti
 
     # The entry the operator writes once the Job completed, seen where a pod mounts the cache.
     children = build_children(BuildMeta("demo", "llm"), spec, settings,
-                              Observed(adapter_jobs_complete=frozenset({planned.job_name("demo")})))
+                              Remembered(adapter_jobs_complete=frozenset({planned.job_name("demo")})))
     (entry,) = parse_adapter_set(yaml.safe_load(children.adapters_configmap["data"][ADAPTERS_FILE_KEY])).adapters
     assert entry.path.startswith(f"{CACHE_DIR}/models/") and entry.cache_marker.startswith(f"{CACHE_DIR}/models/")
     local = entry.model_copy(update={"path": entry.path.replace(CACHE_DIR, str(root), 1),

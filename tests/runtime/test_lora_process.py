@@ -4,7 +4,9 @@ The adapters file is rewritten while the engine serves, as kubelet rewrites a mo
 an added adapter becomes Loaded in /state and answers ``model=<adapter>``, a removed one is
 unloaded and answers 404, and the engine process is the same throughout (one launch, one pid). A
 load that fails (the adapter's directory not there yet) is retried with backoff and its error
-shown until it succeeds. A combination vllm-ascend cannot serve exits 2 naming the field.
+shown until it succeeds. A combination vllm-ascend cannot serve exits 2 naming the field. Clients
+of the engine's port cannot load or unload adapters (403 from the runtime's adapter gate, which
+the fake engine runs as vLLM runs ``--middleware``); each launch gets its own token.
 """
 
 from __future__ import annotations
@@ -88,6 +90,24 @@ def test_adapters_are_added_and_removed_without_restarting_the_engine(runtime_fa
     assert 'ascend_llm_lora_adapter_operations_total{operation="unload",result="success"} 1.0' in metrics
 
 
+def test_clients_cannot_load_or_unload_adapters_but_the_runtime_can(runtime_factory, tmp_path):
+    adapters_file = tmp_path / "adapters.yaml"
+    write_adapters(adapters_file, {"sql": make_adapter(tmp_path / "sql")})
+    runtime = runtime_factory(lora_config(adapters_file))
+    state = runtime.wait_for(is_ready, 30, "Ready")
+    assert adapters(state)["sql"]["state"] == "Loaded"  # the runtime's own load went through the gate
+    evil = make_adapter(tmp_path / "evil")
+    for route, body, headers in (
+        ("/v1/load_lora_adapter", {"lora_name": "evil", "lora_path": evil}, {}),
+        ("/v1/unload_lora_adapter", {"lora_name": "sql"}, {}),
+        ("/v1/unload_lora_adapter", {"lora_name": "sql"}, {"X-Ascend-LLM-Adapter-Token": "guessed"}),
+    ):
+        status, text = http("POST", f"{runtime.engine_url}{route}", body, headers=headers)
+        assert status == 403, (route, status, text)
+        assert "reserved for the ascend-llm runtime" in json.loads(text)["error"]["message"]
+    assert complete(runtime, "sql") == 200 and complete(runtime, "evil") == 404
+
+
 def test_a_failing_load_is_retried_with_backoff_and_its_error_shown(runtime_factory, tmp_path):
     adapters_file = tmp_path / "adapters.yaml"
     later = tmp_path / "later"  # not there yet: as a volume still being populated
@@ -134,8 +154,10 @@ def test_a_relaunched_engine_gets_the_adapters_again_before_ready(runtime_factor
     adapters_file = tmp_path / "adapters.yaml"
     write_adapters(adapters_file, {"sql": make_adapter(tmp_path / "sql")})
     # Each engine takes 2 s to answer /health: a window in which the relaunch is not Ready yet.
+    env_log = tmp_path / "env.jsonl"
     runtime = runtime_factory(lora_config(adapters_file), {"FAKE_ENGINE_CRASH_ONCE_AFTER_S": "4",
-                                                           "FAKE_ENGINE_STARTUP_S": "2"})
+                                                           "FAKE_ENGINE_STARTUP_S": "2",
+                                                           "FAKE_ENGINE_ENV_LOG": str(env_log)})
     first = runtime.wait_for(is_ready, 30, "Ready")
     between = runtime.wait_for(lambda s: s["engineRestarts"] == 1 and s["phase"] == "Loading", 30, "the relaunch")
     assert between["adapters"] == []  # nothing is loaded in an engine that is not serving yet
@@ -143,6 +165,8 @@ def test_a_relaunched_engine_gets_the_adapters_again_before_ready(runtime_factor
     assert state["enginePid"] != first["enginePid"]
     assert adapters(state)["sql"]["state"] == "Loaded"  # the new engine loaded it before Ready
     assert complete(runtime, "sql") == 200
+    tokens = [json.loads(line).get("ASCEND_LLM_ADAPTER_TOKEN") for line in env_log.read_text().splitlines()]
+    assert len(tokens) == 2 and all(tokens) and tokens[0] != tokens[1], "a fresh adapter token per launch"
 
 
 def test_in_a_multi_node_group_only_the_leader_loads_adapters(runtime_factory, tmp_path):

@@ -163,7 +163,22 @@ def test_chat_warmup_can_be_turned_off(runtime_factory):
     runtime = runtime_factory({"warmup": {"chat": False}}, {"FAKE_ENGINE_NO_CHAT_TEMPLATE": "1"})
     state = runtime.wait_for(is_ready, 60, "Ready")
     assert state["warmup"]["warnings"] == []
-    assert state["warmup"]["requests"] == 1 * 2 + 2 * 2  # completions only: 2 lengths x (1 + 2)
+    # Completions only: the plan derived from the launched argv (the fake engine lists a model
+    # length of 2048) plus the harness's lengths [4, 16] x levels [1, 2], and no chat wave.
+    # (Before the derived plan: 2 lengths x (1 + 2) = 6.)
+    from dataclasses import replace
+
+    from ascend_runtime.config import EngineOptions, WarmupConfig
+    from ascend_runtime.enginelimits import engine_limits
+    from ascend_runtime.warmup import engine_shapes, plan_warmup
+
+    argv = runtime.launches()[0]
+    seqs = engine_limits(argv, EngineOptions(), cpu=True).max_num_seqs
+    shapes = replace(engine_shapes(argv), max_num_seqs=engine_shapes(argv).max_num_seqs or seqs)
+    config = WarmupConfig(prompt_lengths=[4, 16], concurrency=[1, 2], max_tokens=2, chat=False)
+    waves = plan_warmup(config, 2048, seqs, shapes)
+    assert all(request.kind == "completion" for wave in waves for request in wave)
+    assert state["warmup"]["requests"] == sum(len(wave) for wave in waves) > 6
 
 
 def test_probes_before_ready_and_after(runtime_factory):

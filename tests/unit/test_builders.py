@@ -1,8 +1,9 @@
 """The pure builders: spec + operator settings -> ConfigMap (engine config), Deployment, Service
 and PodDisruptionBudget.
 
-Complete expected manifests (golden dict literals, kubespawner style, at the end of this module)
-for each example, which between them cover every chip preset (910B, A3, 310P) and the CPU
+Complete expected manifests (golden dicts, kubespawner style, at the end of this module; the
+engine configs and pod specs from the factories in :mod:`golden`, which hold what every example
+shares) for each example, which between them cover every chip preset (910B, A3, 310P) and the CPU
 platform; then focused tests for what the examples do not vary: per-chip defaults, driver host
 mounts, hub tokens, the remembered graph mode, the start-up budget formula, grace periods, name
 limits and the spec-hash annotation. Every manifest is also checked with kubernetes_validate.
@@ -24,7 +25,7 @@ from ascend_operator.builders import (
     SPEC_HASH_ANNOTATION,
     BuildMeta,
     Children,
-    Observed,
+    Remembered,
     build_children,
     remembered_mode_key,
     selector_string,
@@ -33,6 +34,16 @@ from ascend_operator.builders import (
 from ascend_operator.names import is_dns1035_label
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig, GraphMode
+from golden import (
+    ABSENT,
+    BASE_MOUNTS,
+    base_volumes,
+    engine_config_dict,
+    engine_container,
+    engine_pod_spec,
+    labels,
+    selector,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}
@@ -43,9 +54,9 @@ def render(
     spec: dict[str, Any],
     name: str = "demo",
     settings: OperatorSettings = DEFAULTS,
-    observed: Observed | None = None,
+    remembered: Remembered | None = None,
 ) -> Children:
-    children = build_children(BuildMeta(name, "llm"), parse_spec(spec), settings, observed)
+    children = build_children(BuildMeta(name, "llm"), parse_spec(spec), settings, remembered)
     for obj in children.objects():
         kubernetes_validate.validate(obj, "1.30", strict=True)
     return children
@@ -251,8 +262,8 @@ def test_remembered_mode_is_used_only_while_its_key_matches() -> None:
     spec = {"model": HF, "npu": {"perReplica": 2}, "parallelism": {"tensor": 2}}
     image = DEFAULTS.runtime_image(parse_spec(spec).npu.chip)
     key = remembered_mode_key(parse_spec(spec), image)
-    remembered = Observed(remembered_mode=GraphMode.PIECEWISE, remembered_for=key)
-    children = render(spec, observed=remembered)
+    remembered = Remembered(remembered_mode=GraphMode.PIECEWISE, remembered_for=key)
+    children = render(spec, remembered=remembered)
     assert children.remembered_key == key
     assert children.engine_config.graph.start_mode is GraphMode.PIECEWISE
     # A new image, revision or parallelism invalidates it.
@@ -261,14 +272,14 @@ def test_remembered_mode_is_used_only_while_its_key_matches() -> None:
         {**spec, "model": {**HF, "revision": "main"}},
         {**spec, "parallelism": {"pipeline": 2}},
     ):
-        assert render(changed, observed=remembered).engine_config.graph.start_mode is None
+        assert render(changed, remembered=remembered).engine_config.graph.start_mode is None
     assert render(spec).engine_config.graph.start_mode is None
 
 
 def test_the_retry_annotation_lets_new_pods_try_the_top_of_the_ladder_again() -> None:
     spec = {"model": HF}
     image = DEFAULTS.runtime_image(parse_spec(spec).npu.chip)
-    remembered = Observed(remembered_mode=GraphMode.EAGER, remembered_for=remembered_mode_key(parse_spec(spec), image))
+    remembered = Remembered(remembered_mode=GraphMode.EAGER, remembered_for=remembered_mode_key(parse_spec(spec), image))
 
     def start_mode(annotations: dict[str, str]) -> GraphMode | None:
         meta = BuildMeta("demo", "llm", annotations=annotations)
@@ -278,7 +289,7 @@ def test_the_retry_annotation_lets_new_pods_try_the_top_of_the_ladder_again() ->
     assert start_mode({"unrelated.io/x": "1"}) is GraphMode.EAGER
     assert start_mode({RETRY_GRAPH_ANNOTATION: "2026-12-01"}) is None  # a new key: the remembered mode is dropped
     retried_key = remembered_mode_key(parse_spec(spec), image, "2026-12-01")
-    again = Observed(remembered_mode=GraphMode.EAGER, remembered_for=retried_key)  # remembered anew under it
+    again = Remembered(remembered_mode=GraphMode.EAGER, remembered_for=retried_key)  # remembered anew under it
     meta = BuildMeta("demo", "llm", annotations={RETRY_GRAPH_ANNOTATION: "2026-12-01"})
     assert build_children(meta, parse_spec(spec), DEFAULTS, again).engine_config.graph.start_mode is GraphMode.EAGER
 
@@ -443,128 +454,53 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "8551bc56df4e3b47"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen3-30b-a3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen3-30b-a3")
             },
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 4148,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "qwen3-30b-a3",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "qwen3-30b-a3",
-                    },
+                    "labels": labels("qwen3-30b-a3"),
                     "annotations": {"llm.ascend.dev/config-hash": "92b7d4ccb5b71087"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+                        startup_failures=355,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                     },
-                                }
-                            ],
-                            "resources": {
-                                "requests": {"huawei.com/Ascend910": 4, "cpu": "32", "memory": "256Gi"},
-                                "limits": {"huawei.com/Ascend910": 4},
+                                },
                             },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 355,
-                            },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "qwen3-30b-a3-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"huawei.com/Ascend910": 4, "cpu": "32", "memory": "256Gi"},
+                            "limits": {"huawei.com/Ascend910": 4},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("qwen3-30b-a3-config"),
                         {
                             "name": "model",
                             "hostPath": {"path": "/data/models/Qwen3-30B-A3B", "type": "Directory"},
                         },
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "affinity": {
+                    affinity={
                         "nodeAffinity": {
                             "requiredDuringSchedulingIgnoredDuringExecution": {
                                 "nodeSelectorTerms": [
@@ -574,16 +510,16 @@ EXPECTED_A3_DEPLOYMENT = {
                                                 "key": "accelerator-type",
                                                 "operator": "In",
                                                 "values": ["module-a3-16"],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
+                                            },
+                                        ],
+                                    },
+                                ],
+                            },
+                        },
                     },
-                    "priorityClassName": "llm-serving",
-                    "schedulerName": "volcano",
-                },
+                    priorityClassName="llm-serving",
+                    schedulerName="volcano",
+                ),
             },
         },
     },
@@ -593,23 +529,12 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "71250c41a78a5c75"},
         },
         "spec": {
             "type": "LoadBalancer",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("qwen3-30b-a3"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -621,24 +546,13 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "4e64408d0962351d"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen3-30b-a3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen3-30b-a3")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -649,80 +563,29 @@ EXPECTED_A3_DEPLOYMENT = {
         "metadata": {
             "name": "qwen3-30b-a3-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen3-30b-a3",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen3-30b-a3",
-            },
+            "labels": labels("qwen3-30b-a3", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "912e4a059fea90f0"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "qwen3-30b-a3",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-        "model": {"path": "/mnt/model", "servedName": "qwen3-30b-a3b", "trustRemoteCode": False},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="qwen3-30b-a3",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+        served_name="qwen3-30b-a3b",
+        ready_timeout_s=602,
+        engine={
             "maxModelLen": 32768,
             "enablePrefixCaching": True,
-            "parallel": {"tensor": 4, "pipeline": 1, "data": 1, "expert": True},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 4, "expert": True},
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "captureSizes": [1, 2, 4, 8, 16, 32, 64],
-            "maxCaptureSize": 64,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {
+        graph={"captureSizes": [1, 2, 4, 8, 16, 32, 64], "maxCaptureSize": 64},
+        ascend={
             "chip": "A3",
             "multistreamOverlapSharedExpert": True,
             "additionalConfig": {"enable_shared_expert_dp": False},
         },
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [16, 256, 1024],
-            "concurrency": [1, 4, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 256.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 600,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 602,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        health={"leak": {"deviceGrowthMbPerHour": 256.0}, "hangTimeoutS": 600},
+    ),
 }
 
 EXPECTED_CPU_TINY = {
@@ -732,115 +595,43 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny"),
             "annotations": {"llm.ascend.dev/spec-hash": "4f5d8de1ea194131"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "cpu-tiny",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("cpu-tiny")
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 2462,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "cpu-tiny",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "cpu-tiny",
-                    },
+                    "labels": labels("cpu-tiny"),
                     "annotations": {"llm.ascend.dev/config-hash": "34dc24039e667f3d"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "resources": {
-                                "requests": {"cpu": "2", "memory": "4Gi"},
-                                "limits": {"memory": "8Gi"},
-                            },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 187,
-                            },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "cpu-tiny-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
+                        startup_failures=187,
+                        resources={
+                            "requests": {"cpu": "2", "memory": "4Gi"},
+                            "limits": {"memory": "8Gi"},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
-                        {"name": "model", "hostPath": {"path": "/models/tiny", "type": "Directory"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("cpu-tiny-config"),
+                        {
+                            "name": "model",
+                            "hostPath": {"path": "/models/tiny", "type": "Directory"},
+                        },
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                },
+                ),
             },
         },
     },
@@ -850,23 +641,12 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny"),
             "annotations": {"llm.ascend.dev/spec-hash": "2f5c36509a44f7ae"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("cpu-tiny"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -878,24 +658,13 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny"),
             "annotations": {"llm.ascend.dev/spec-hash": "8efa039e2e9a29a4"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "cpu-tiny",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("cpu-tiny")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -906,75 +675,26 @@ EXPECTED_CPU_TINY = {
         "metadata": {
             "name": "cpu-tiny-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "cpu-tiny",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "cpu-tiny",
-            },
+            "labels": labels("cpu-tiny", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "68b323dc8c2b2e22"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "cpu-tiny",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
-        "model": {"path": "/mnt/model", "servedName": "tiny", "trustRemoteCode": False},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="cpu-tiny",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
+        served_name="tiny",
+        ready_timeout_s=481,
+        engine={
             "maxModelLen": 512,
             "maxNumSeqs": 4,
             "dtype": "float32",
-            "parallel": {"tensor": 1, "pipeline": 1, "data": 1, "expert": False},
-            "extraArgs": [],
             "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
-            "shutdownTimeoutS": 30,
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [8, 64],
-            "concurrency": [1, 4],
-            "maxTokens": 4,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 481,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": False,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        ascend={"chip": ABSENT},
+        warmup={"promptLengths": [8, 64], "concurrency": [1, 4], "maxTokens": 4},
+        runtime={"preflight": False},
+    ),
 }
 
 EXPECTED_DEEPSEEK_MOE_EP = {
@@ -984,130 +704,55 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite"),
             "annotations": {"llm.ascend.dev/spec-hash": "b39a1ac46d11e9de"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-v2-lite",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-v2-lite")
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 5196,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "deepseek-v2-lite",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "deepseek-v2-lite",
-                    },
+                    "labels": labels("deepseek-v2-lite"),
                     "annotations": {"llm.ascend.dev/config-hash": "0d8a7f544c82ad23"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                        startup_failures=460,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                     },
                                 },
-                                {"name": "HF_HOME", "value": "/var/cache/ascend-llm/huggingface"},
-                                {
-                                    "name": "HF_TOKEN",
-                                    "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
-                                },
-                            ],
-                            "resources": {
-                                "requests": {"huawei.com/Ascend910": 8, "cpu": "64", "memory": "512Gi"},
-                                "limits": {"huawei.com/Ascend910": 8},
                             },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 460,
+                            {"name": "HF_HOME", "value": "/var/cache/ascend-llm/huggingface"},
+                            {
+                                "name": "HF_TOKEN",
+                                "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
                             },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "deepseek-v2-lite-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"huawei.com/Ascend910": 8, "cpu": "64", "memory": "512Gi"},
+                            "limits": {"huawei.com/Ascend910": 8},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("deepseek-v2-lite-config"),
                         {"name": "model-cache", "emptyDir": {}},
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                },
+                ),
             },
         },
     },
@@ -1117,23 +762,12 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite"),
             "annotations": {"llm.ascend.dev/spec-hash": "4afb851fc8fdc3d6"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("deepseek-v2-lite"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -1145,24 +779,13 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite"),
             "annotations": {"llm.ascend.dev/spec-hash": "d8678c4b37fa9141"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-v2-lite",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-v2-lite")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -1173,80 +796,27 @@ EXPECTED_DEEPSEEK_MOE_EP = {
         "metadata": {
             "name": "deepseek-v2-lite-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v2-lite",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v2-lite",
-            },
+            "labels": labels("deepseek-v2-lite", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "35c0d0996f9b2082"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "deepseek-v2-lite",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-        "model": {
-            "path": "deepseek-ai/DeepSeek-V2-Lite-Chat",
-            "servedName": "deepseek-ai/DeepSeek-V2-Lite-Chat",
-            "trustRemoteCode": True,
-        },
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="deepseek-v2-lite",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        served_name="deepseek-ai/DeepSeek-V2-Lite-Chat",
+        ready_timeout_s=864,
+        model={"path": "deepseek-ai/DeepSeek-V2-Lite-Chat", "trustRemoteCode": True},
+        engine={
             "maxModelLen": 16384,
             "maxNumSeqs": 128,
             "gpuMemoryUtilization": 0.9,
             "enablePrefixCaching": True,
-            "parallel": {"tensor": 4, "pipeline": 1, "data": 2, "expert": True},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 4, "data": 2, "expert": True},
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "910B", "multistreamOverlapSharedExpert": True, "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [64, 1024, 8192],
-            "concurrency": [1, 32, 128],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 864,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        ascend={"multistreamOverlapSharedExpert": True},
+        warmup={"promptLengths": [64, 1024, 8192], "concurrency": [1, 32, 128]},
+    ),
 }
 
 EXPECTED_QWEN72B_910B_TP8 = {
@@ -1256,131 +826,59 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b"),
             "annotations": {"llm.ascend.dev/spec-hash": "94e274ee7b56e2bc"},
         },
         "spec": {
             "replicas": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen72b",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen72b")
             },
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": 5048,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "qwen72b",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "qwen72b",
-                    },
+                    "labels": labels("qwen72b"),
                     "annotations": {"llm.ascend.dev/config-hash": "a94525dddb6765a3"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                        startup_failures=445,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                     },
-                                }
-                            ],
-                            "resources": {
-                                "requests": {"cpu": "32", "memory": "256Gi", "huawei.com/Ascend910": 8},
-                                "limits": {"memory": "512Gi", "huawei.com/Ascend910": 8},
-                            },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {
-                                    "name": "model",
-                                    "mountPath": "/mnt/model",
-                                    "readOnly": True,
-                                    "subPath": "Qwen2.5-72B-Instruct",
                                 },
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 445,
                             },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "qwen72b-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"cpu": "32", "memory": "256Gi", "huawei.com/Ascend910": 8},
+                            "limits": {"memory": "512Gi", "huawei.com/Ascend910": 8},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
-                        {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {
+                                "name": "model",
+                                "mountPath": "/mnt/model",
+                                "readOnly": True,
+                                "subPath": "Qwen2.5-72B-Instruct",
+                            },
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("qwen72b-config"),
+                        {
+                            "name": "model",
+                            "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
+                        },
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "nodeSelector": {"accelerator": "huawei-Ascend910"},
-                },
+                    nodeSelector={"accelerator": "huawei-Ascend910"},
+                ),
             },
         },
     },
@@ -1390,23 +888,12 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b"),
             "annotations": {"llm.ascend.dev/spec-hash": "6c04c3e18bd97bd4"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("qwen72b"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -1418,24 +905,13 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b"),
             "annotations": {"llm.ascend.dev/spec-hash": "2d377bb2decf8601"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen72b",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen72b")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -1446,77 +922,27 @@ EXPECTED_QWEN72B_910B_TP8 = {
         "metadata": {
             "name": "qwen72b-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen72b",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen72b",
-            },
+            "labels": labels("qwen72b", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "1f440a08f105601a"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "qwen72b",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-        "model": {"path": "/mnt/model", "servedName": "qwen2.5-72b-instruct", "trustRemoteCode": False},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="qwen72b",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        served_name="qwen2.5-72b-instruct",
+        ready_timeout_s=752,
+        engine={
             "maxModelLen": 32768,
             "maxNumSeqs": 64,
             "gpuMemoryUtilization": 0.9,
             "enablePrefixCaching": True,
             "dtype": "bfloat16",
-            "parallel": {"tensor": 8, "pipeline": 1, "data": 1, "expert": False},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 8},
         },
-        "graph": {
-            "policy": "full_and_piecewise",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "910B", "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [128, 2048, 16384],
-            "concurrency": [1, 16, 64],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 1200,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 752,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+        graph={"policy": "full_and_piecewise"},
+        warmup={"promptLengths": [128, 2048, 16384], "concurrency": [1, 16, 64], "timeoutS": 1200},
+    ),
 }
 
 EXPECTED_SMALL_310P = {
@@ -1526,130 +952,62 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
-            "annotations": {"llm.ascend.dev/spec-hash": "15904179e1daea9f"},
+            "labels": labels("qwen-small-310p"),
+            "annotations": {"llm.ascend.dev/spec-hash": "b61f8c1db74729a3"},
         },
         "spec": {
             "replicas": 2,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen-small-310p",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen-small-310p")
             },
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 3096,
+            "progressDeadlineSeconds": 2484,
             "template": {
                 "metadata": {
-                    "labels": {
-                        "app.kubernetes.io/name": "ascend-llm",
-                        "app.kubernetes.io/instance": "qwen-small-310p",
-                        "app.kubernetes.io/component": "engine",
-                        "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                        "app.kubernetes.io/part-of": "ascend-llm",
-                        "llm.ascend.dev/deployment": "qwen-small-310p",
-                    },
+                    "labels": labels("qwen-small-310p"),
                     "annotations": {"llm.ascend.dev/config-hash": "ec988129ffbb7d7e"},
                 },
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "ascend-llm",
-                                "run",
-                                "--config",
-                                "/etc/ascend-llm/engine-config.yaml",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                            ],
-                            "env": [
-                                {
-                                    "name": "ASCEND_VISIBLE_DEVICES",
-                                    "valueFrom": {
-                                        "fieldRef": {
-                                            "fieldPath": "metadata.annotations['huawei.com/Ascend310P']"
-                                        }
+                "spec": engine_pod_spec(
+                    container=engine_container(
+                        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
+                        startup_failures=189,
+                        env=[
+                            {
+                                "name": "ASCEND_VISIBLE_DEVICES",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['huawei.com/Ascend310P']",
                                     },
                                 },
-                                {"name": "VLLM_USE_MODELSCOPE", "value": "true"},
-                                {"name": "MODELSCOPE_CACHE", "value": "/var/cache/ascend-llm/modelscope"},
-                            ],
-                            "resources": {
-                                "requests": {"huawei.com/Ascend310P": 1, "cpu": "4", "memory": "24Gi"},
-                                "limits": {"huawei.com/Ascend310P": 1},
                             },
-                            "volumeMounts": [
-                                {"name": "engine-config", "mountPath": "/etc/ascend-llm", "readOnly": True},
-                                {"name": "dshm", "mountPath": "/dev/shm"},
-                                {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
-                            ],
-                            "startupProbe": {
-                                "httpGet": {"path": "/startup", "port": "runtime"},
-                                "periodSeconds": 10,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 250,
+                            {"name": "VLLM_USE_MODELSCOPE", "value": "true"},
+                            {
+                                "name": "MODELSCOPE_CACHE",
+                                "value": "/var/cache/ascend-llm/modelscope",
                             },
-                            "readinessProbe": {
-                                "httpGet": {"path": "/ready", "port": "runtime"},
-                                "periodSeconds": 5,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 3,
-                            },
-                            "livenessProbe": {
-                                "httpGet": {"path": "/live", "port": "runtime"},
-                                "periodSeconds": 15,
-                                "timeoutSeconds": 5,
-                                "failureThreshold": 4,
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                        }
-                    ],
-                    "volumes": [
-                        {
-                            "name": "engine-config",
-                            "configMap": {
-                                "name": "qwen-small-310p-config",
-                                "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                            },
+                        ],
+                        resources={
+                            "requests": {"huawei.com/Ascend310P": 1, "cpu": "4", "memory": "24Gi"},
+                            "limits": {"huawei.com/Ascend310P": 1},
                         },
-                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-                        {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                        volumeMounts=[
+                            *BASE_MOUNTS,
+                            {"name": "model-cache", "mountPath": "/var/cache/ascend-llm"},
+                        ],
+                    ),
+                    volumes=[
+                        *base_volumes("qwen-small-310p-config"),
                         {"name": "model-cache", "emptyDir": {}},
                     ],
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 1000,
-                        "runAsGroup": 1000,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                        "fsGroup": 1000,
-                    },
-                    "terminationGracePeriodSeconds": 50,
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "tolerations": [
-                        {"key": "huawei.com/Ascend310P", "operator": "Exists", "effect": "NoSchedule"}
+                    tolerations=[
+                        {
+                            "key": "huawei.com/Ascend310P",
+                            "operator": "Exists",
+                            "effect": "NoSchedule",
+                        },
                     ],
-                },
+                ),
             },
         },
     },
@@ -1659,23 +1017,12 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
+            "labels": labels("qwen-small-310p"),
             "annotations": {"llm.ascend.dev/spec-hash": "1dec105d68d27637"},
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-            },
+            "selector": selector("qwen-small-310p"),
             "ports": [
                 {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"},
             ],
@@ -1687,24 +1034,13 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
+            "labels": labels("qwen-small-310p"),
             "annotations": {"llm.ascend.dev/spec-hash": "14715e1698ad4961"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "qwen-small-310p",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("qwen-small-310p")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -1715,79 +1051,21 @@ EXPECTED_SMALL_310P = {
         "metadata": {
             "name": "qwen-small-310p-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "qwen-small-310p",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "qwen-small-310p",
-            },
+            "labels": labels("qwen-small-310p", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "6c8dfa2a93b46b5c"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "qwen-small-310p",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
-        "model": {
-            "path": "Qwen/Qwen2.5-3B-Instruct",
-            "servedName": "qwen2.5-3b-instruct",
-            "trustRemoteCode": False,
-        },
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
-            "maxModelLen": 8192,
-            "maxNumSeqs": 16,
-            "dtype": "float16",
-            "parallel": {"tensor": 1, "pipeline": 1, "data": 1, "expert": False},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
-        },
-        "graph": {
-            "policy": "piecewise",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "310P", "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [16, 256, 1024],
-            "concurrency": [1, 4, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 492,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {"nodes": 1, "backend": "mp", "role": "leader", "workerIndex": 0, "rpcPort": 13345},
-    },
+    "engine_config": engine_config_dict(
+        name="qwen-small-310p",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
+        served_name="qwen2.5-3b-instruct",
+        ready_timeout_s=492,
+        model={"path": "Qwen/Qwen2.5-3B-Instruct"},
+        engine={"maxModelLen": 8192, "maxNumSeqs": 16, "dtype": "float16"},
+        graph={"policy": "piecewise"},
+        ascend={"chip": "310P"},
+    ),
 }
 
 

@@ -294,6 +294,7 @@ RULE_PATHS = {
     api.AscendLLMDeploymentSpec: "",
     api.ModelSpec: ".model",
     api.ModelCacheSpec: ".model.cache",
+    api.PvcSource: ".model.pvc",
     api.GraphSpec: ".graph",
     api.AutoscalingSpec: ".autoscaling",
     api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
@@ -330,6 +331,8 @@ def failing_cel_messages(spec: dict[str, Any]) -> set[str]:
         for path, value in [(path, value) for path in ((paths,) if isinstance(paths, str) else paths)
                             for value in _values_at(spec, path)]:
             for rule in _rules_at(path):
+                if "oldSelf" in rule["rule"]:
+                    continue  # transition rules: tests of their own below
                 program = env.program(env.compile(rule["rule"]))
                 if not program.evaluate({"self": celpy.json_to_cel(value)}):
                     failed.add(rule["message"])
@@ -527,6 +530,49 @@ RULE_CASES = {
         {"name": "a", "source": {"modelScope": {"id": "org/a", "revision": "v1..2"}}}]}},
     "lora hub and pvc": {"model": {**HF, "cache": {"claimName": "c"}}, "lora": {"adapters": [
         {"name": "a", "source": {"pvc": {"claimName": "ad"}, "huggingFace": {"id": "org/a"}}}]}},
+    "pvc subPath with ..": {"model": {"pvc": {"claimName": "w", "subPath": "models/../../other"}}},
+    "cache hostPath with ..": {"model": {**HF, "cache": {"hostPath": "/data/llm-cache/../../etc"}}},
+    "cache hostPath with .": {"model": {**HF, "cache": {"hostPath": "/data/llm-cache/./x"}}},
+    # Warmup and graph capture against the engine's limits, set or defaulted (docs/validation.md).
+    "warmup concurrency at max": {"model": HF, "engine": {"maxNumSeqs": 16}, "warmup": {"concurrency": [1, 16]}},
+    "warmup concurrency above max": {"model": HF, "engine": {"maxNumSeqs": 8}, "warmup": {"concurrency": [1, 16]}},
+    "warmup concurrency above npu default": {"model": HF, "warmup": {"concurrency": [257]}},
+    "warmup concurrency at npu default": {"model": HF, "warmup": {"concurrency": [256]}},
+    "warmup concurrency above cpu default": {"model": HF, "platform": "CPU", "warmup": {"concurrency": [129]}},
+    "warmup concurrency above max, off": {"model": HF, "engine": {"maxNumSeqs": 8},
+                                          "warmup": {"enabled": False, "concurrency": [16]}},
+    "warmup concurrency above max set in args": {"model": HF, "engine": {
+        "maxNumSeqs": 8, "extraArgs": ["--max_num_seqs=32"]}, "warmup": {"concurrency": [16]}},
+    "warmup default concurrency above max": {"model": HF, "engine": {"maxNumSeqs": 4}},
+    "warmup lengths fit": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {
+        "promptLengths": [16, 480], "maxTokens": 24}},
+    "warmup length too long": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {"promptLengths": [16, 512]}},
+    "warmup max tokens push past": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {
+        "promptLengths": [480], "maxTokens": 25}},
+    "warmup defaults on a short model": {"model": HF, "engine": {"maxModelLen": 16}},
+    "warmup defaults on a long enough model": {"model": HF, "engine": {"maxModelLen": 17}},
+    "warmup max tokens on a short model": {"model": HF, "engine": {"maxModelLen": 256}, "warmup": {"maxTokens": 248}},
+    "warmup length with model length in args": {"model": HF, "engine": {
+        "maxModelLen": 512, "extraArgs": ["--max-model-len", "8192"]}, "warmup": {"promptLengths": [4096]}},
+    "decode graphs within max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [1, 8, 16]}},
+    "decode graphs above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [1, 32]}},
+    "decode graph max above default": {"model": HF, "graph": {"policy": "full_decode_only", "maxCaptureSize": 512}},
+    "piecewise graphs above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {
+        "policy": "piecewise", "captureSizes": [1, 512]}},
+    "decode graphs with speculative decoding": {"model": HF, "engine": {
+        "maxNumSeqs": 16, "extraArgs": ["--speculative-config", "{}"]}, "graph": {
+        "policy": "full_decode_only", "captureSizes": [64]}},
+    "running target above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 20}},
+    "running target within data parallel engines": {"model": HF, "engine": {"maxNumSeqs": 16}, "npu": {
+        "perReplica": 2}, "parallelism": {"data": 2}, "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 24}},
+    "running target above cpu default": {"model": HF, "platform": "CPU", "autoscaling": {
+        "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 200}},
+    "waiting target above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
+        "maxReplicas": 4, "target": 20}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},
@@ -555,3 +601,70 @@ def test_cel_rules_are_in_the_crd_where_the_model_declares_them() -> None:
     for model, paths in RULE_PATHS.items():
         for path in (paths,) if isinstance(paths, str) else paths:
             assert [r["rule"] for r in _rules_at(path)] == [rule.cel for rule in api.SPEC_RULES[model]]
+
+
+#: (old create, new create, the message of the rule that refuses the change or None)
+CLAIM_CHANGES = [
+    ({"size": "100Gi"}, {"size": "200Gi"}, None),
+    ({"size": "100Gi", "storageClassName": "nfs"}, {"size": "100Gi", "storageClassName": "ceph"}, "storageClassName"),
+    ({"size": "100Gi"}, {"size": "100Gi", "storageClassName": "ceph"}, "storageClassName"),
+    ({"size": "100Gi", "storageClassName": "nfs"}, {"size": "100Gi"}, "storageClassName"),
+    ({"size": "100Gi"}, {"size": "100Gi", "accessMode": "ReadWriteOnce"}, "accessMode"),
+    ({"size": "100Gi", "accessMode": "ReadWriteMany"}, {"size": "100Gi"}, None),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "refused"), CLAIM_CHANGES)
+def test_cache_claim_transition_rules_agree_in_cel_and_python_and_sit_on_the_claim(
+        old: dict[str, Any], new: dict[str, Any], refused: str | None) -> None:
+    rules = api.TRANSITION_RULES[api.CacheClaimSpec]
+    crd_rules = [r for r in _rules_at(".model.cache.create") if "oldSelf" in r["rule"]]
+    assert [r["rule"] for r in crd_rules] == [rule.cel for rule in rules]
+    env = celpy.Environment()
+    cel_failed = {rule.message for rule in rules
+                  if not env.program(env.compile(rule.cel)).evaluate(
+                      {"self": celpy.json_to_cel(new), "oldSelf": celpy.json_to_cel(old)})}
+    python_failed = {rule.message for rule in rules
+                     if not rule.holds(api.CacheClaimSpec.model_validate(old), api.CacheClaimSpec.model_validate(new))}
+    assert cel_failed == python_failed
+    assert [m for m in cel_failed if refused is None or not m.startswith(refused)] == []
+    assert bool(cel_failed) == (refused is not None)
+#: Cases of the engine-limit rules and the field each refusal names (the Python side; the CEL side
+#: agrees by test_cel_rules_and_model_rules_agree).
+LIMIT_REFUSALS = {
+    "warmup concurrency above max": "spec.warmup.concurrency",
+    "warmup concurrency above npu default": "spec.warmup.concurrency",
+    "warmup concurrency above cpu default": "spec.warmup.concurrency",
+    "warmup length too long": "spec.warmup.promptLengths",
+    "warmup max tokens push past": "spec.warmup.promptLengths",
+    "warmup defaults on a short model": "spec.warmup.promptLengths",
+    "warmup max tokens on a short model": "spec.warmup.promptLengths",
+    "decode graphs above max": "spec.graph.captureSizes",
+    "decode graph max above default": "spec.graph.captureSizes",
+    "running target above max": "spec.autoscaling.target",
+    "running target above cpu default": "spec.autoscaling.target",
+}
+LIMIT_ADMITTED = (
+    "warmup concurrency at max", "warmup concurrency at npu default", "warmup concurrency above max, off",
+    "warmup concurrency above max set in args", "warmup default concurrency above max", "warmup lengths fit",
+    "warmup defaults on a long enough model", "warmup length with model length in args",
+    "decode graphs within max", "piecewise graphs above max", "decode graphs with speculative decoding",
+    "running target within data parallel engines", "waiting target above max",
+)
+
+
+@pytest.mark.parametrize("case", sorted(LIMIT_REFUSALS))
+def test_engine_limit_rules_refuse_naming_both_fields(case: str) -> None:
+    with pytest.raises(api.SpecError) as caught:
+        api.parse_spec(RULE_CASES[case])
+    [(path, message)] = caught.value.problems
+    assert path == LIMIT_REFUSALS[case]
+    assert "engine.maxNumSeqs" in message or "engine.maxModelLen" in message
+    assert path.removeprefix("spec.") in message
+    assert failing_cel_messages(RULE_CASES[case]) == {message}
+
+
+@pytest.mark.parametrize("case", LIMIT_ADMITTED)
+def test_engine_limit_rules_admit_what_fits(case: str) -> None:
+    api.parse_spec(RULE_CASES[case])
+    assert failing_cel_messages(RULE_CASES[case]) == set()

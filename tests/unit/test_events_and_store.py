@@ -40,7 +40,7 @@ class Queue:
 
 def context() -> tuple[OperatorContext, Queue]:
     queue = Queue()
-    ctx = OperatorContext(settings=None, kube=None, store=ResourceStore(), queue=queue)  # type: ignore[arg-type]
+    ctx = OperatorContext(settings=None, kube=None, pods=None, store=ResourceStore(), queue=queue)  # type: ignore[arg-type]
     return ctx, queue
 
 
@@ -105,4 +105,4 @@ def test_a_status_only_change_of_a_child_whose_status_is_unread_asks_for_nothing
     assert len(queue.requests) == 4
     child_event(ctx, "MODIFIED", child("Deployment", "12", 1, 0))  # older than the one held
     child_event(ctx, "DELETED", child("PodDisruptionBudget", "15", 2, 1))
-    assert len(queue.requests) == 5 and ctx.cache.get("PodDisruptionBudget", "llm", "qwen", "qwen") is None
+    assert len(queue.requests) == 5 and ctx.watch_cache.get("PodDisruptionBudget", "llm", "qwen", "qwen") is None

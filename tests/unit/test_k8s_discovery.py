@@ -46,7 +46,7 @@ class FakeApisApi:
 
 
 def kube_with(api: FakeApisApi) -> Kube:
-    kube = Kube(kubernetes.client.ApiClient(), field_manager="test", state_timeout_s=1.0)
+    kube = Kube(kubernetes.client.ApiClient(), field_manager="test")
     kube._apis["ApisApi"] = api
     return kube
 

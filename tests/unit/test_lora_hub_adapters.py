@@ -13,7 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from ascend_operator.api import AscendLLMDeploymentStatus, SpecError, parse_spec
-from ascend_operator.builders import BuildMeta, Children, Observed, build_children
+from ascend_operator.builders import BuildMeta, Children, Remembered, build_children
+from ascend_operator.builders.adapters import served_adapters
 from ascend_operator.builders.modelcache import CACHE_DIR, plan_adapter_fetches
 from ascend_operator.cachestatus import AdapterDownload, JobState
 from ascend_operator.lorastatus import lora_events, lora_status
@@ -31,13 +32,19 @@ CHAT = {"name": "chat", "source": {"modelScope": {"id": "org/chat-lora"}}}
 ON_CLAIM = {"name": "claim", "source": {"pvc": {"claimName": "adapters", "subPath": "claim"}}}
 
 
+def lora_wire(*args: Any) -> dict[str, Any] | None:
+    """``status.lora`` as written (camelCase JSON), or None while LoRA is off."""
+    status = lora_status(*args)
+    return status.wire() if status is not None else None
+
+
 def spec(*adapters: dict[str, Any], model: dict[str, Any] | None = None) -> dict[str, Any]:
     base = model or {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}, "revision": "main", "cache": CACHE}
     return {"model": base, "platform": "CPU", "lora": {"adapters": list(adapters)}}
 
 
-def render(raw: dict[str, Any], observed: Observed | None = None, name: str = "demo") -> Children:
-    children = build_children(BuildMeta(name, "llm"), parse_spec(raw), SETTINGS, observed)
+def render(raw: dict[str, Any], remembered: Remembered | None = None, name: str = "demo") -> Children:
+    children = build_children(BuildMeta(name, "llm"), parse_spec(raw), SETTINGS, remembered)
     for obj in children.objects():
         # kubernetes-validate's Job schema still requires onPodConditions[].status, which the API
         # server defaults (the cluster tier applies these Jobs).
@@ -106,7 +113,7 @@ def test_a_hub_adapter_enters_the_configmap_only_once_its_job_completed() -> Non
     pending = render(spec(ON_CLAIM, SQL, SQL_TOO, CHAT))
     assert [entry["name"] for entry in entries(pending)] == ["claim"]
     sql_job, chat_job = job_names(pending)
-    done = render(spec(ON_CLAIM, SQL, SQL_TOO, CHAT), Observed(adapter_jobs_complete=frozenset({sql_job})))
+    done = render(spec(ON_CLAIM, SQL, SQL_TOO, CHAT), Remembered(adapter_jobs_complete=frozenset({sql_job})))
     snapshot = model_dir(CACHE_DIR, Hub.HUGGINGFACE, "org/sql-lora", "refs/pr/1")
     marker = marker_path(CACHE_DIR, Hub.HUGGINGFACE, "org/sql-lora", "refs/pr/1")
     assert entries(done)[1:] == [
@@ -120,18 +127,35 @@ def test_a_hub_adapter_enters_the_configmap_only_once_its_job_completed() -> Non
     assert models == {"name": "model-cache", "mountPath": f"{CACHE_DIR}/models", "subPath": "models",
                       "readOnly": True}
     assert PurePosixPath(models["mountPath"]) in snapshot.parents
-    both = render(spec(ON_CLAIM, SQL, SQL_TOO, CHAT), Observed(adapter_jobs_complete=frozenset({sql_job, chat_job})))
+    both = render(spec(ON_CLAIM, SQL, SQL_TOO, CHAT),
+                  Remembered(adapter_jobs_complete=frozenset({sql_job, chat_job})))
     assert [entry["name"] for entry in entries(both)] == ["claim", "sql", "sql-too", "chat"]
 
 
 def test_an_adapter_the_live_configmap_serves_stays_while_its_job_is_made_again() -> None:
     served = str(model_dir(CACHE_DIR, Hub.HUGGINGFACE, "org/sql-lora", "refs/pr/1"))
-    kept = render(spec(SQL), Observed(adapters_served={"sql": served}))
+    kept = render(spec(SQL), Remembered(adapters_served={"sql": served}))
     assert [entry["name"] for entry in entries(kept)] == ["sql"]
     # Another revision is another directory: it waits for its own download.
     moved = copy.deepcopy(SQL)
     moved["source"]["huggingFace"]["revision"] = "v2"
-    assert entries(render(spec(moved), Observed(adapters_served={"sql": served}))) == []
+    assert entries(render(spec(moved), Remembered(adapters_served={"sql": served}))) == []
+
+
+def test_the_served_adapters_are_read_back_from_the_configmap_the_builder_writes() -> None:
+    # One format, one module: served_adapters reads what build_adapters_configmap writes, so the
+    # next pass keeps serving what this one listed.
+    children = render(spec(ON_CLAIM, SQL, CHAT), Remembered(adapter_jobs_complete=frozenset(
+        job_names(render(spec(ON_CLAIM, SQL, CHAT))))))
+    assert served_adapters(children.adapters_configmap) == {
+        entry["name"]: entry["path"] for entry in entries(children)}
+    assert set(served_adapters(children.adapters_configmap)) == {"claim", "sql", "chat"}
+    kept = render(spec(ON_CLAIM, SQL, CHAT), Remembered(adapters_served=served_adapters(children.adapters_configmap)))
+    assert kept.adapters_configmap == children.adapters_configmap
+    # None, no file, a file that is not YAML or not an adapter set: nothing served.
+    for broken in (None, {}, {"data": {ADAPTERS_FILE_KEY: "adapters: [\n"}},
+                   {"data": {ADAPTERS_FILE_KEY: "adapters: [{name: 1}]"}}):
+        assert served_adapters(broken) == {}
 
 
 def test_adding_or_completing_a_hub_adapter_changes_no_pod_template() -> None:
@@ -139,7 +163,7 @@ def test_adding_or_completing_a_hub_adapter_changes_no_pod_template() -> None:
         without = render(spec(ON_CLAIM, model=model))
         pending = render(spec(ON_CLAIM, SQL, CHAT, model=model))
         complete = render(spec(ON_CLAIM, SQL, CHAT, model=model),
-                          Observed(adapter_jobs_complete=frozenset(job_names(pending))))
+                          Remembered(adapter_jobs_complete=frozenset(job_names(pending))))
         assert without.workload == pending.workload == complete.workload
         assert without.configmap == complete.configmap
         assert entries(without) != entries(complete)
@@ -189,7 +213,7 @@ SPEC = parse_spec(spec(ON_CLAIM, SQL, SQL_TOO))
 
 def test_status_shows_each_hub_adapters_download_until_complete() -> None:
     progress = FetchProgress(phase=FetchPhase.DOWNLOADING, bytes_done=3 * 2**29, bytes_total=2**31)
-    status = lora_status(SPEC, [], [download(FetchPhase.DOWNLOADING, message="pod x is downloading",
+    status = lora_wire(SPEC, [], [download(FetchPhase.DOWNLOADING, message="pod x is downloading",
                                              progress=progress)])
     assert status["adapters"][0] == {"name": "claim", "loaded": 0, "failed": 0}
     assert status["adapters"][1] == {"name": "sql", "loaded": 0, "failed": 0, "download": {
@@ -198,25 +222,25 @@ def test_status_shows_each_hub_adapters_download_until_complete() -> None:
         "bytesDone": 3 * 2**29, "bytesTotal": 2**31}}
     assert status["adapters"][2]["download"] == status["adapters"][1]["download"]
     AscendLLMDeploymentStatus.model_validate({"lora": status})  # declared, so the server keeps it
-    complete = lora_status(SPEC, [], [download(FetchPhase.COMPLETE)])
+    complete = lora_wire(SPEC, [], [download(FetchPhase.COMPLETE)])
     assert complete["adapters"][1]["download"] == {
         "source": "huggingface:org/sql-lora@refs/pr/1", "job": "demo-adapter-1234abcd", "phase": "Complete"}
 
 
 def test_a_failed_download_shows_its_reason_and_warns_once_per_failure() -> None:
-    failed = {"lora": lora_status(SPEC, [], [download(FetchPhase.FAILED, reason="NotFound",
+    failed = {"lora": lora_wire(SPEC, [], [download(FetchPhase.FAILED, reason="NotFound",
                                                       message="RepositoryNotFoundError: 404", retry_in_s=30.0)])}
     assert failed["lora"]["adapters"][1]["download"] == {
         "source": "huggingface:org/sql-lora@refs/pr/1", "job": "demo-adapter-1234abcd", "phase": "Failed",
         "reason": "NotFound",
         # No retry countdown: the status (and its Event) change only when the download does.
         "message": "downloading huggingface:org/sql-lora@refs/pr/1 failed (NotFound): RepositoryNotFoundError: 404"}
-    pending = {"lora": lora_status(SPEC, [], [download(FetchPhase.PENDING)])}
+    pending = {"lora": lora_wire(SPEC, [], [download(FetchPhase.PENDING)])}
     events = lora_events(pending, failed)
     assert [(kind, reason) for kind, reason, _ in events] == [("Warning", "AdapterDownloadFailed")] * 2
     assert events[0][2].startswith("adapter sql is not served: downloading huggingface:org/sql-lora@refs/pr/1 "
                                    "failed (NotFound)")
     assert lora_events(failed, copy.deepcopy(failed)) == []  # the same failure: no new Event
-    other = {"lora": lora_status(SPEC, [], [download(FetchPhase.FAILED, reason="Network", message="503")])}
+    other = {"lora": lora_wire(SPEC, [], [download(FetchPhase.FAILED, reason="Network", message="503")])}
     assert len(lora_events(failed, other)) == 2
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from ascend_operator.api import AscendLLMDeploymentStatus, SpecError, parse_spec
 from ascend_operator.builders import CONFIG_HASH_ANNOTATION, BuildMeta, Children, build_children
+from ascend_operator.builders.modelcache import plan_cache
 from ascend_operator.lora import enforce_lora, image_vllm_ascend, lora_problems, lora_warnings
 from ascend_operator.lorastatus import lora_events, lora_status
 from ascend_operator.policy import enforce_policy
@@ -31,6 +32,12 @@ from ascend_runtime.config import (
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}
 DEFAULTS = load_settings({})
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def lora_wire(*args: Any) -> dict[str, Any] | None:
+    """``status.lora`` as written (camelCase JSON), or None while LoRA is off."""
+    status = lora_status(*args)
+    return status.wire() if status is not None else None
 
 
 def adapter(name: str, claim: str = "adapters", sub_path: str | None = None) -> dict[str, Any]:
@@ -197,7 +204,7 @@ TP2 = {"model": {"pvc": {"claimName": "w"}}, "npu": {"perReplica": 2}, "parallel
 def test_tensor_parallel_lora_is_refused_on_the_default_vllm_ascend_naming_the_fields() -> None:
     spec = parse_spec({**TP2, "lora": {"adapters": [adapter("sql")]}})
     with pytest.raises(SpecError) as error:
-        enforce_lora("demo", spec, DEFAULTS)
+        enforce_lora("demo", spec, DEFAULTS, plan_cache("demo", spec, DEFAULTS))
     [(field, message)] = error.value.problems
     assert field == "spec.parallelism.tensor"
     assert message.startswith("spec.lora.enabled with spec.parallelism.tensor 2: vllm-ascend v0.23.0 ")
@@ -266,7 +273,7 @@ SPEC = parse_spec(lora_spec(adapter("sql"), adapter("chat"), adapter("new")))
 
 
 def test_status_counts_each_adapter_per_replica_with_the_first_error() -> None:
-    status = lora_status(SPEC, [
+    status = lora_wire(SPEC, [
         ("demo-a", state(loaded("sql"), failed("chat", "rank 64 > max 16"), loaded("gone"))),
         ("demo-b", state(loaded("sql"), loaded("chat"), AdapterStatus(name="new", state=AdapterPhase.LOADING))),
         ("demo-c", None),  # not readable: not counted
@@ -277,11 +284,11 @@ def test_status_counts_each_adapter_per_replica_with_the_first_error() -> None:
         {"name": "new", "loaded": 0, "failed": 0},
     ]}
     AscendLLMDeploymentStatus.model_validate({"lora": status})  # declared, so the server keeps it
-    assert lora_status(parse_spec({"model": HF}), [("demo-a", state())]) is None
+    assert lora_wire(parse_spec({"model": HF}), [("demo-a", state())]) is None
 
 
 def test_status_reports_a_file_the_runtime_cannot_use() -> None:
-    status = lora_status(SPEC, [("demo-a", state(error="adapters[1].name 'a' is also adapters[0].name"))])
+    status = lora_wire(SPEC, [("demo-a", state(error="adapters[1].name 'a' is also adapters[0].name"))])
     assert status["fileError"] == "demo-a: adapters[1].name 'a' is also adapters[0].name"
 
 
@@ -296,9 +303,9 @@ def test_compute_status_carries_lora_from_the_replicas_states() -> None:
 
 
 def test_a_warning_when_an_adapter_fails_on_every_replica_once() -> None:
-    some = {"lora": lora_status(SPEC, [("demo-a", state(failed("chat", "no such file"))),
+    some = {"lora": lora_wire(SPEC, [("demo-a", state(failed("chat", "no such file"))),
                                        ("demo-b", state(loaded("chat")))])}
-    every = {"lora": lora_status(SPEC, [("demo-a", state(failed("chat", "no such file"))),
+    every = {"lora": lora_wire(SPEC, [("demo-a", state(failed("chat", "no such file"))),
                                         ("demo-b", state(failed("chat", "no such file")))])}
     assert lora_events(None, some) == []
     events = lora_events(some, every)
@@ -310,7 +317,7 @@ def test_a_warning_when_an_adapter_fails_on_every_replica_once() -> None:
 
 
 def test_a_warning_for_a_new_file_error() -> None:
-    bad = {"lora": lora_status(SPEC, [("demo-a", state(error="not a mapping"))])}
+    bad = {"lora": lora_wire(SPEC, [("demo-a", state(error="not a mapping"))])}
     assert lora_events({}, bad) == [("Warning", "AdaptersFileInvalid",
                                      "the adapters file cannot be used, the last good set stays in force: "
                                      "demo-a: not a mapping")]
@@ -330,7 +337,8 @@ def test_lora_with_quantization_is_warned_of_in_spec_words_where_the_guard_knows
         "quantized MoE models (vllm-ascend v0.23.0 docs, user_guide/feature_guide/lora.md); a dense model is not "
         "covered by that note")
     assert lora_problems("demo", parse_spec(QUANTIZED), DEFAULTS) == []  # a warning, not a refusal
-    assert enforce_lora("demo", parse_spec(QUANTIZED), DEFAULTS) == [warning]  # what the reconcile shows
+    quantized = parse_spec(QUANTIZED)
+    assert enforce_lora("demo", quantized, DEFAULTS, plan_cache("demo", quantized, DEFAULTS)) == [warning]  # what the reconcile shows
     for other in ({"image": "reg/runtime:1.0-vllm-ascend-v0.24.0"}, {"lora": {"enabled": False}},
                   {"engine": {}}):
         assert lora_warnings("demo", parse_spec({**QUANTIZED, **other}), DEFAULTS) == []

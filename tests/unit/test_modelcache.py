@@ -26,7 +26,8 @@ from ascend_runtime.config import EngineConfig
 NS = "llm"
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-7B-Instruct"}, "revision": "v1.0"}
 SETTINGS = load_settings({"ASCEND_LLM_OPERATOR_HF_ENDPOINT": "https://hf-mirror.com",
-                          "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/data"})
+                          "ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES": "/data/models",
+                          "ASCEND_LLM_OPERATOR_CACHE_HOST_PATH_PREFIXES": "/data/llm-cache"})
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 
 
@@ -105,7 +106,9 @@ def test_a_host_path_cache_downloads_per_node_in_an_init_container() -> None:
     pod = kids.workload["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
     assert init["name"] == "fetch" and "ports" not in init
-    assert {"name": "model-cache", "hostPath": {"path": "/data/llm-cache", "type": "DirectoryOrCreate"}} in pod["volumes"]
+    # The namespace's own directory below the administrator's cache prefix.
+    assert {"name": "model-cache", "hostPath": {"path": f"/data/llm-cache/{NS}", "type": "DirectoryOrCreate"}} \
+        in pod["volumes"]
 
 
 def test_a_local_model_with_a_cache_keeps_only_compile_caches_there() -> None:
@@ -239,10 +242,10 @@ def test_the_plan_knows_which_way_the_cache_is_filled() -> None:
     def plan(cache: dict[str, Any], model: dict[str, Any] = HF):
         return plan_cache("qwen", parse_spec({"model": {**model, "cache": cache}}), SETTINGS)
     assert plan({"claimName": "c"}).by_job and not plan({"claimName": "c"}).by_init_container
-    assert plan({"hostPath": "/data/c"}).by_init_container
+    assert plan({"hostPath": "/data/llm-cache/c"}).by_init_container
     assert not plan({"claimName": "c"}, {"pvc": {"claimName": "w"}}).by_job
-    assert fetch_job_name("qwen", plan({"claimName": "c"})).startswith("qwen-fetch-")
-    assert cache_status(observation(FetchPhase.PENDING))["phase"] == "Pending"
+    assert fetch_job_name("qwen", plan({"claimName": "c"}), SETTINGS).startswith("qwen-fetch-")
+    assert cache_status(observation(FetchPhase.PENDING)).phase == "Pending"
 
 
 def test_render_prints_the_claim_and_the_fetch_job() -> None:
@@ -260,3 +263,50 @@ def test_a_repo_id_the_cache_cannot_lay_out_is_a_spec_error_naming_the_fields() 
     spec = parse_spec({"model": {"huggingFace": {"id": "org/-bad"}, "cache": {"claimName": "c"}}})
     with pytest.raises(SpecError, match="spec.model.huggingFace.id"):
         plan_cache("qwen", spec, SETTINGS)
+
+
+# ---------------------------------------------------------------------- tenant isolation
+
+def _volume_path(kids) -> str:
+    (volume,) = [v for v in kids.workload["spec"]["template"]["spec"]["volumes"] if v["name"] == "model-cache"]
+    return volume["hostPath"]["path"]
+
+
+def test_a_host_path_cache_is_the_namespace_s_own_directory_whatever_path_the_spec_names() -> None:
+    def path(namespace: str, host_path: str) -> str:
+        spec = parse_spec({"model": {**HF, "cache": {"hostPath": host_path}}})
+        return _volume_path(build_children(BuildMeta("qwen", namespace), spec, SETTINGS))
+
+    assert path("team-a", "/data/llm-cache") == "/data/llm-cache/team-a"
+    assert path("team-b", "/data/llm-cache") == "/data/llm-cache/team-b"
+    assert path("team-a", "/data/llm-cache/shared") == "/data/llm-cache/team-a/shared"
+    # Naming another namespace's directory lands below one's own.
+    assert path("team-a", "/data/llm-cache/team-b") == "/data/llm-cache/team-a/team-b"
+    with pytest.raises(SpecError, match="CACHE_HOST_PATH_PREFIXES"):
+        path("team-a", "/data/models/cache")
+
+
+def test_fetches_run_the_operator_s_fetch_image_and_a_new_template_is_a_new_job() -> None:
+    from ascend_operator.builders.modelcache import request_digest
+
+    base = {**HF, "tokenSecretRef": {"name": "hf", "key": "token"}, "cache": {"claimName": "c"}}
+    one = children(base, image="registry.example.com/llm/vllm:1.0")
+    assert one.fetch_job["spec"]["template"]["spec"]["containers"][0]["image"] == SETTINGS.fetch_image
+    # spec.image is not in the fetch Job: a new image leaves the Job as it is.
+    assert children(base, image="registry.example.com/llm/vllm:1.1").fetch_job == one.fetch_job
+    # A new token reference changes the (immutable) template, so the Job is another one, for
+    # the same request.
+    other = children({**base, "tokenSecretRef": {"name": "hf2", "key": "token"}})
+    name_one, name_other = one.fetch_job["metadata"]["name"], other.fetch_job["metadata"]["name"]
+    assert name_one != name_other
+    digest = request_digest(plan_cache("qwen", parse_spec({"model": base}), SETTINGS).request)
+    assert name_one.startswith(f"qwen-fetch-{digest}-") and name_other.startswith(f"qwen-fetch-{digest}-")
+    moved = SETTINGS.model_copy(update={"fetch_image": "registry.example.com/ops/operator:0.2.0"})
+    upgraded = build_children(BuildMeta("qwen", NS), parse_spec({"model": base}), moved)
+    assert upgraded.fetch_job["metadata"]["name"] not in (name_one, name_other)
+
+
+def test_the_compile_cache_key_carries_the_namespace() -> None:
+    spec = parse_spec({"model": {**HF, "cache": {"claimName": "c"}}})
+    assert build_children(BuildMeta("qwen", "team-a"), spec, SETTINGS).engine_config.compile_cache.namespace \
+        == "team-a"

@@ -28,6 +28,15 @@ from ascend_operator.builders import (
 )
 from ascend_operator.settings import OperatorSettings, load_settings
 from ascend_runtime.config import CONFIG_FILE_KEY, EngineConfig
+from golden import (
+    BASE_MOUNTS,
+    base_volumes,
+    engine_config_dict,
+    engine_container,
+    engine_pod_spec,
+    labels,
+    selector,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULTS = load_settings({})
@@ -319,14 +328,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3-lws",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3"),
             "annotations": {"llm.ascend.dev/spec-hash": "aade286448044138"},
         },
         "spec": {
@@ -342,229 +344,103 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                 "leaderTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-v3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-v3",
+                            **labels("deepseek-v3"),
                             "llm.ascend.dev/role": "leader",
                         },
                         "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [
-                                    {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                    {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                                ],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                            startup_failures=914,
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
-                                    "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {
-                                        "name": "model",
-                                        "mountPath": "/mnt/model",
-                                        "readOnly": True,
-                                        "subPath": "DeepSeek-V3-w8a8",
-                                    },
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 914,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-v3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
+                                "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {
+                                    "name": "model",
+                                    "mountPath": "/mnt/model",
+                                    "readOnly": True,
+                                    "subPath": "DeepSeek-V3-w8a8",
+                                },
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-v3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 80,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                    },
+                        terminationGracePeriodSeconds=80,
+                    ),
                 },
                 "workerTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-v3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-v3",
+                            **labels("deepseek-v3"),
                             "llm.ascend.dev/role": "worker",
                         },
                         "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+                            startup_failures=914,
+                            ports=[{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
-                                    "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {
-                                        "name": "model",
-                                        "mountPath": "/mnt/model",
-                                        "readOnly": True,
-                                        "subPath": "DeepSeek-V3-w8a8",
-                                    },
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 914,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-v3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"cpu": 64, "memory": "512Gi", "huawei.com/Ascend910": 8},
+                                "limits": {"memory": "900Gi", "huawei.com/Ascend910": 8},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {
+                                    "name": "model",
+                                    "mountPath": "/mnt/model",
+                                    "readOnly": True,
+                                    "subPath": "DeepSeek-V3-w8a8",
+                                },
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-v3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "persistentVolumeClaim": {"claimName": "models", "readOnly": True},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 80,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                    },
+                        terminationGracePeriodSeconds=80,
+                    ),
                 },
             },
         },
@@ -575,22 +451,13 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3"),
             "annotations": {"llm.ascend.dev/spec-hash": "c65ddabe0b1aa85f"},
         },
         "spec": {
             "type": "ClusterIP",
             "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
+                **selector("deepseek-v3"),
                 "leaderworkerset.sigs.k8s.io/worker-index": "0",
             },
             "ports": [
@@ -604,24 +471,13 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3"),
             "annotations": {"llm.ascend.dev/spec-hash": "c770fb436ad0fba9"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-v3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-v3")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -632,86 +488,36 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
         "metadata": {
             "name": "deepseek-v3-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-v3",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-v3",
-            },
+            "labels": labels("deepseek-v3", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "fd3f8bac94c16da5"},
         },
         "data": {},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "deepseek-v3",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-        "model": {"path": "/mnt/model", "servedName": "deepseek-v3", "trustRemoteCode": True},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="deepseek-v3",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
+        served_name="deepseek-v3",
+        ready_timeout_s=2000,
+        model={"trustRemoteCode": True},
+        engine={
             "maxModelLen": 8192,
             "maxNumSeqs": 16,
             "gpuMemoryUtilization": 0.92,
             "quantization": "ascend",
-            "parallel": {"tensor": 4, "pipeline": 1, "data": 4, "expert": True},
-            "extraArgs": [],
-            "env": {},
+            "parallel": {"tensor": 4, "data": 4, "expert": True},
             "shutdownTimeoutS": 60,
         },
-        "graph": {
-            "policy": "auto",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "910B", "multistreamOverlapSharedExpert": True, "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [64, 2048],
-            "concurrency": [1, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 2000,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {
+        ascend={"multistreamOverlapSharedExpert": True},
+        warmup={"promptLengths": [64, 2048], "concurrency": [1, 16]},
+        distributed={
             "nodes": 2,
-            "backend": "mp",
-            "role": "leader",
-            "workerIndex": 0,
             "rpcPort": 13389,
             "npusPerNode": 8,
             "socketIfname": "eth0",
             "hcclBuffsizeMb": 1024,
             "hcclConnectTimeoutS": 1800,
         },
-    },
+    ),
 }
 
 EXPECTED_DEEPSEEK_R1_A3_RAY = {
@@ -721,14 +527,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3-lws",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "5354464688f3b635"},
         },
         "spec": {
@@ -744,12 +543,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                 "leaderTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-r1-a3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-r1-a3",
+                            **labels("deepseek-r1-a3"),
                             "llm.ascend.dev/role": "leader",
                             "ring-controller.atlas": "ascend-910b",
                         },
@@ -758,114 +552,48 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [
-                                    {"name": "http", "containerPort": 8000, "protocol": "TCP"},
-                                    {"name": "runtime", "containerPort": 8080, "protocol": "TCP"},
-                                ],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+                            startup_failures=1044,
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
-                                    "limits": {"huawei.com/Ascend910": 16},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 1044,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-r1-a3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
+                                "limits": {"huawei.com/Ascend910": 16},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-r1-a3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 50,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                        "nodeSelector": {"accelerator-type": "module-a3-16"},
-                        "schedulerName": "volcano",
-                    },
+                        nodeSelector={"accelerator-type": "module-a3-16"},
+                        schedulerName="volcano",
+                    ),
                 },
                 "workerTemplate": {
                     "metadata": {
                         "labels": {
-                            "app.kubernetes.io/name": "ascend-llm",
-                            "app.kubernetes.io/instance": "deepseek-r1-a3",
-                            "app.kubernetes.io/component": "engine",
-                            "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                            "app.kubernetes.io/part-of": "ascend-llm",
-                            "llm.ascend.dev/deployment": "deepseek-r1-a3",
+                            **labels("deepseek-r1-a3"),
                             "llm.ascend.dev/role": "worker",
                             "ring-controller.atlas": "ascend-910b",
                         },
@@ -874,101 +602,44 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                             "huawei.com/schedule_policy": "chip8-node16",
                         },
                     },
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "engine",
-                                "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                                "imagePullPolicy": "IfNotPresent",
-                                "command": [
-                                    "ascend-llm",
-                                    "run",
-                                    "--config",
-                                    "/etc/ascend-llm/engine-config.yaml",
-                                ],
-                                "ports": [{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
-                                "env": [
-                                    {
-                                        "name": "ASCEND_VISIBLE_DEVICES",
-                                        "valueFrom": {
-                                            "fieldRef": {
-                                                "fieldPath": "metadata.annotations['huawei.com/Ascend910']"
-                                            }
+                    "spec": engine_pod_spec(
+                        container=engine_container(
+                            image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+                            startup_failures=1044,
+                            ports=[{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
+                            env=[
+                                {
+                                    "name": "ASCEND_VISIBLE_DEVICES",
+                                    "valueFrom": {
+                                        "fieldRef": {
+                                            "fieldPath": "metadata.annotations['huawei.com/Ascend910']",
                                         },
                                     },
-                                    {
-                                        "name": "POD_IP",
-                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
-                                    },
-                                ],
-                                "resources": {
-                                    "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
-                                    "limits": {"huawei.com/Ascend910": 16},
                                 },
-                                "volumeMounts": [
-                                    {
-                                        "name": "engine-config",
-                                        "mountPath": "/etc/ascend-llm",
-                                        "readOnly": True,
-                                    },
-                                    {"name": "dshm", "mountPath": "/dev/shm"},
-                                    {"name": "runtime-state", "mountPath": "/var/lib/ascend-llm/state"},
-                                    {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
-                                ],
-                                "startupProbe": {
-                                    "httpGet": {"path": "/startup", "port": "runtime"},
-                                    "periodSeconds": 10,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 1044,
+                                {
+                                    "name": "POD_IP",
+                                    "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                 },
-                                "readinessProbe": {
-                                    "httpGet": {"path": "/ready", "port": "runtime"},
-                                    "periodSeconds": 5,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "livenessProbe": {
-                                    "httpGet": {"path": "/live", "port": "runtime"},
-                                    "periodSeconds": 15,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 4,
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "privileged": False,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                                "lifecycle": {"preStop": {"exec": {"command": ["sleep", "5"]}}},
-                            }
-                        ],
-                        "volumes": [
-                            {
-                                "name": "engine-config",
-                                "configMap": {
-                                    "name": "deepseek-r1-a3-config",
-                                    "items": [{"key": "engine-config.yaml", "path": "engine-config.yaml"}],
-                                },
+                            ],
+                            resources={
+                                "requests": {"huawei.com/Ascend910": 16, "cpu": "128", "memory": "1024Gi"},
+                                "limits": {"huawei.com/Ascend910": 16},
                             },
-                            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
-                            {"name": "runtime-state", "emptyDir": {"sizeLimit": "16Mi"}},
+                            volumeMounts=[
+                                *BASE_MOUNTS,
+                                {"name": "model", "mountPath": "/mnt/model", "readOnly": True},
+                            ],
+                        ),
+                        volumes=[
+                            *base_volumes("deepseek-r1-a3-config", "64Gi"),
                             {
                                 "name": "model",
                                 "hostPath": {"path": "/data/models/DeepSeek-R1", "type": "Directory"},
                             },
                         ],
-                        "securityContext": {
-                            "runAsNonRoot": True,
-                            "runAsUser": 1000,
-                            "runAsGroup": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "fsGroup": 1000,
-                        },
-                        "terminationGracePeriodSeconds": 50,
-                        "automountServiceAccountToken": False,
-                        "enableServiceLinks": False,
-                        "nodeSelector": {"accelerator-type": "module-a3-16"},
-                        "schedulerName": "volcano",
-                    },
+                        nodeSelector={"accelerator-type": "module-a3-16"},
+                        schedulerName="volcano",
+                    ),
                 },
             },
         },
@@ -979,22 +650,13 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "4cd4f60731a11fd9"},
         },
         "spec": {
             "type": "ClusterIP",
             "selector": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
+                **selector("deepseek-r1-a3"),
                 "leaderworkerset.sigs.k8s.io/worker-index": "0",
             },
             "ports": [
@@ -1008,24 +670,13 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3"),
             "annotations": {"llm.ascend.dev/spec-hash": "a044ddb184a91d8b"},
         },
         "spec": {
             "maxUnavailable": 1,
             "selector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "ascend-llm",
-                    "app.kubernetes.io/instance": "deepseek-r1-a3",
-                    "app.kubernetes.io/component": "engine",
-                }
+                "matchLabels": selector("deepseek-r1-a3")
             },
             "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
@@ -1036,83 +687,32 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
         "metadata": {
             "name": "deepseek-r1-a3-config",
             "namespace": "llm",
-            "labels": {
-                "app.kubernetes.io/name": "ascend-llm",
-                "app.kubernetes.io/instance": "deepseek-r1-a3",
-                "app.kubernetes.io/component": "engine-config",
-                "app.kubernetes.io/managed-by": "ascend-llm-operator",
-                "app.kubernetes.io/part-of": "ascend-llm",
-                "llm.ascend.dev/deployment": "deepseek-r1-a3",
-            },
+            "labels": labels("deepseek-r1-a3", "engine-config"),
             "annotations": {"llm.ascend.dev/spec-hash": "93d13b45e0d36ba7"},
         },
         "data": {},
     },
-    "engine_config": {
-        "schemaVersion": 1,
-        "name": "deepseek-r1-a3",
-        "image": "ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-        "model": {"path": "/mnt/model", "servedName": "deepseek-r1", "trustRemoteCode": True},
-        "engine": {
-            "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-            "host": "0.0.0.0",
-            "port": 8000,
+    "engine_config": engine_config_dict(
+        name="deepseek-r1-a3",
+        image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
+        served_name="deepseek-r1",
+        ready_timeout_s=3140,
+        model={"trustRemoteCode": True},
+        engine={
             "maxModelLen": 16384,
             "maxNumSeqs": 32,
             "gpuMemoryUtilization": 0.9,
-            "parallel": {"tensor": 16, "pipeline": 2, "data": 1, "expert": True},
-            "extraArgs": [],
-            "env": {},
-            "shutdownTimeoutS": 30,
+            "parallel": {"tensor": 16, "pipeline": 2, "expert": True},
         },
-        "graph": {
-            "policy": "piecewise",
-            "fallback": True,
-            "replayFailureThreshold": 2,
-            "replayFailureWindowS": 600,
-        },
-        "ascend": {"chip": "A3", "additionalConfig": {}},
-        "warmup": {
-            "enabled": True,
-            "promptLengths": [16, 256, 1024],
-            "concurrency": [1, 4, 16],
-            "maxTokens": 8,
-            "chat": True,
-            "timeoutS": 900,
-        },
-        "health": {
-            "leak": {
-                "enabled": True,
-                "hostGrowthMbPerHour": 512.0,
-                "deviceGrowthMbPerHour": 512.0,
-                "minTimeToExhaustionS": 21600,
-                "minHeadroomMb": 256,
-                "windowS": 600,
-                "graceS": 300,
-                "sampleIntervalS": 15.0,
-            },
-            "hangTimeoutS": 300,
-        },
-        "runtime": {
-            "port": 8080,
-            "host": "0.0.0.0",
-            "readyTimeoutS": 3140,
-            "restart": {"maxRestarts": 5, "backoffInitialS": 2.0, "backoffMaxS": 120.0, "resetAfterS": 3600},
-            "preflight": True,
-            "minFreeDeviceMb": 1024,
-            "deviceFreeWaitS": 120,
-            "stateDir": "/var/lib/ascend-llm/state",
-        },
-        "distributed": {
+        graph={"policy": "piecewise"},
+        ascend={"chip": "A3"},
+        distributed={
             "nodes": 2,
             "backend": "ray",
-            "role": "leader",
-            "workerIndex": 0,
-            "rpcPort": 13345,
             "npusPerNode": 16,
             "socketIfname": "eth0",
             "hcclBuffsizeMb": 1024,
             "hcclConnectTimeoutS": 1200,
         },
-    },
+    ),
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ascend_operator.builders import ChildrenSummary, Observed
+from ascend_operator.builders import ChildrenSummary, Remembered
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.k8s import CHILD_KINDS
 from ascend_operator.passmemo import PassMemo, children_marks, inputs_digest
@@ -26,9 +26,9 @@ BODY = {"metadata": {"name": "tiny", "namespace": NS, "uid": "u1", "generation":
         "status": {"phase": "Ready"}}
 
 
-def digest(body: dict[str, Any] = BODY, observed: Observed = Observed(), choices: tuple = ("hpa", None, None),
-           settings: object = SETTINGS) -> bytes:
-    return inputs_digest(body, observed, choices, settings)
+def digest(body: dict[str, Any] = BODY, remembered: Remembered = Remembered(),
+           choices: tuple = ("hpa", None, None), settings: object = SETTINGS) -> bytes:
+    return inputs_digest(body, remembered, choices, settings)
 
 
 def test_the_digest_follows_every_input_of_the_build_and_nothing_else() -> None:
@@ -43,8 +43,8 @@ def test_the_digest_follows_every_input_of_the_build_and_nothing_else() -> None:
     others = [
         digest(changed_spec),
         digest(changed_annotation),
-        digest(observed=Observed(remembered_for="key")),
-        digest(observed=Observed(adapter_jobs_complete=frozenset({"tiny-adapter-1"}))),
+        digest(remembered=Remembered(remembered_for="key")),
+        digest(remembered=Remembered(adapter_jobs_complete=frozenset({"tiny-adapter-1"}))),
         digest(choices=("keda", None, None)),
         digest(choices=("hpa", None, "no Gateway API")),
         digest(settings=OperatorSettings()),

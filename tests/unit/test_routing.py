@@ -26,13 +26,12 @@ from ascend_operator.builders.routing import (
     routing_missing,
 )
 from ascend_operator.cli import render_children
+from ascend_operator.conditions import ROUTING, get_condition
 from ascend_operator.settings import OperatorSettings
 from ascend_operator.status import (
-    ROUTING,
     Observation,
     RoutingObservation,
     compute_status,
-    get_condition,
     transition_events,
 )
 

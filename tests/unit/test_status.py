@@ -14,13 +14,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from ascend_operator.api import Phase, parse_spec
+from ascend_operator.api import AscendLLMDeploymentStatus, Condition, ConditionStatus, Phase, parse_spec
+from ascend_operator.conditions import set_condition
+from ascend_operator.replicastatus import classify_pod
 from ascend_operator.status import (
     Observation,
-    classify_pod,
     compute_status,
     invalid_spec_status,
-    set_condition,
+    resource_status,
     status_patch,
     transition_events,
 )
@@ -235,6 +236,43 @@ def test_a_new_engine_version_forgets_the_remembered_mode() -> None:
     assert "rememberedMode" not in dropped
 
 
+def test_a_remembered_mode_this_operator_does_not_know_is_dropped() -> None:
+    # A newer operator's mode (the reconcile starts from the top for it): the typed status drops it.
+    previous = {"graph": {"rememberedMode": "SOME_NEWER_MODE", "rememberedFor": "key1"}}
+    starting = {"qwen-a": runtime(RuntimePhase.LOADING, mode=None)}
+    observation = observe([pod("qwen-a", ready=False)], starting)
+    graph = compute_status(spec(replicas=1), observation, previous, NOW)["graph"]
+    assert "rememberedMode" not in graph and "rememberedFor" not in graph
+
+
+def test_the_typed_status_is_what_compute_status_writes() -> None:
+    """compute_status is resource_status's typed model as camelCase JSON: fields left unset or None
+    are not written (no warmup warnings when there are none, no groups on single-node replicas,
+    no lora without spec.lora), enums are their values, and the JSON parses back to the same."""
+    pods = [pod("qwen-a"), pod("qwen-b", ready=False)]
+    states = {
+        "qwen-a": fell_back(GraphMode.PIECEWISE, "FULL_AND_PIECEWISE -> PIECEWISE: capture failed: 207005",
+                            warmup=WarmupReport(outcome="succeeded", seconds=4.0, warnings=["no chat template"])),
+        "qwen-b": runtime(RuntimePhase.LOADING, mode=None),
+    }
+    typed = resource_status(spec(), observe(pods, states), None, NOW)
+    assert isinstance(typed, AscendLLMDeploymentStatus)
+    assert typed.phase == Phase.DEGRADED and typed.graph is not None and typed.warmup is not None
+    assert typed.graph.remembered_mode == GraphMode.PIECEWISE and typed.warmup.warnings == ["no chat template"]
+    written = compute_status(spec(), observe(pods, states), None, NOW)
+    assert typed.wire() == written
+    assert written["graph"]["rememberedMode"] == "PIECEWISE" and written["phase"] == "Degraded"
+    assert written["graph"]["replicas"][1] == {
+        "pod": "qwen-b", "ready": False, "fallbacks": 0, "phase": "Loading", "image": "img:1"}
+    assert written["warmup"] == {"succeeded": 1, "failed": 0, "pending": 1, "lastSeconds": 4.0,
+                                 "warnings": ["no chat template"]}
+    absent = {"groups", "readyGroups", "groupsBehind", "lora", "autoscaling", "modelCache", "routing", "kopf"}
+    assert not absent & set(written)
+    assert AscendLLMDeploymentStatus.model_validate(written).wire() == written
+    quiet = compute_status(spec(), observe([pod("qwen-a")], {"qwen-a": runtime(RuntimePhase.READY)}), None, NOW)
+    assert quiet["warmup"] == {"succeeded": 0, "failed": 0, "pending": 1}
+
+
 def test_remembered_mode_is_kept_while_the_key_matches_and_dropped_when_not() -> None:
     previous = {"graph": {"rememberedMode": "PIECEWISE", "rememberedFor": "key1"}}
     starting = {"qwen-a": runtime(RuntimePhase.LOADING, mode=None)}
@@ -313,18 +351,21 @@ def test_the_phase_is_ready_exactly_when_the_ready_condition_is_true() -> None:
 
 
 def test_set_condition_moves_the_transition_time_only_on_a_flip() -> None:
+    def wire(conditions: list[Condition]) -> list[dict[str, Any]]:
+        return [condition.wire() for condition in conditions]
+
     start = set_condition([], "Ready", False, "Pending", "no pods yet", NOW, 1)
-    assert start == [{"type": "Ready", "status": "False", "reason": "Pending", "message": "no pods yet",
-                      "lastTransitionTime": T0, "observedGeneration": 1}]
+    assert wire(start) == [{"type": "Ready", "status": "False", "reason": "Pending", "message": "no pods yet",
+                            "lastTransitionTime": T0, "observedGeneration": 1}]
     same = set_condition(start, "Ready", False, "Loading", "loading weights", LATER, 2)
-    assert same == [{"type": "Ready", "status": "False", "reason": "Loading", "message": "loading weights",
-                     "lastTransitionTime": T0, "observedGeneration": 2}]
+    assert wire(same) == [{"type": "Ready", "status": "False", "reason": "Loading", "message": "loading weights",
+                           "lastTransitionTime": T0, "observedGeneration": 2}]
     flipped = set_condition(same, "Ready", True, "AllReplicasReady", "1/1", LATER, 2)
-    assert flipped[0]["lastTransitionTime"] == T5 and flipped[0]["status"] == "True"
+    assert flipped[0].last_transition_time == T5 and flipped[0].status == ConditionStatus.TRUE
     other = set_condition(flipped, "Degraded", "Unknown", "NoReports", "", LATER, None)
     assert other[0] == flipped[0]
-    assert other[1] == {"type": "Degraded", "status": "Unknown", "reason": "NoReports", "message": "",
-                        "lastTransitionTime": T5}
+    assert other[1].wire() == {"type": "Degraded", "status": "Unknown", "reason": "NoReports", "message": "",
+                               "lastTransitionTime": T5}
 
 
 def test_invalid_spec_status_keeps_what_was_observed() -> None:

@@ -14,12 +14,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ascend_operator.api import parse_spec
+from ascend_operator.autoscalingstatus import autoscaling_events
+from ascend_operator.conditions import get_condition
 from ascend_operator.status import (
     AutoscalingObservation,
     Observation,
-    autoscaling_events,
     compute_status,
-    get_condition,
     transition_events,
 )
 

@@ -19,6 +19,7 @@ from ascend_runtime.warmup import api_key_headers
 from ascend_operator.api import SpecError, parse_spec
 from ascend_operator.builders import BuildMeta, build_children
 from ascend_operator.k8s import Kube, connect
+from ascend_operator.podreads import PodReader
 from ascend_operator.policy import enforce_policy, violations
 from ascend_operator.settings import OperatorSettings, SettingsError, StateRead, load_settings
 
@@ -272,14 +273,15 @@ async def test_state_is_read_from_the_pod_ip_without_the_api_server() -> None:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     # An API client pointing nowhere: a proxy read would fail, the direct read must not need it.
-    kube = Kube(connect("http://127.0.0.1:1"), field_manager="t", state_timeout_s=2.0, state_via_proxy=False)
+    kube = Kube(connect("http://127.0.0.1:1"), field_manager="t")
+    reader = PodReader(kube, timeout_s=2.0, via_proxy=False)
     try:
         pods = [
             {"metadata": {"name": "a"}, "status": {"phase": "Running", "podIP": "127.0.0.1"}},
             {"metadata": {"name": "b"}, "status": {"phase": "Running"}},  # no IP yet
             {"metadata": {"name": "c"}, "status": {"phase": "Pending", "podIP": "127.0.0.1"}},
         ]
-        states = await kube.read_states("team-a", pods, port)
+        states = await reader.read_states("team-a", pods, port)
     finally:
         kube.close()
         await runner.cleanup()

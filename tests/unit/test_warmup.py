@@ -1,8 +1,10 @@
 """Warmup: the plan (pure) and its run against a small in-process HTTP server.
 
-The plan must cover every prompt length at every concurrency level, clipped to what the engine
-accepts, plus the chat template; a run must fail, with the reason, on the first request that
-fails, and time out by the configured budget.
+The plan must cover every prompt length at every concurrency level plus the chat template, refuse
+what the user set beyond the engine's limits (never clip it), derive its waves from the engine's
+argv in place of the defaults and, where the defaults are still sent (no known model length), fit
+them with a warning; a run must fail, with the reason, on the first request that fails, and time
+out by the configured budget.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ import asyncio
 
 from aiohttp import web
 
-from ascend_runtime.config import WarmupConfig
-from ascend_runtime.warmup import WarmupRequest, plan_warmup, run_warmup
+import pytest
+
+from ascend_runtime.config import EngineOptions, WarmupConfig
+from ascend_runtime.enginelimits import EngineLimits, engine_limits, fit_warmup
+from ascend_runtime.warmup import WarmupRefused, WarmupRequest, plan_warmup, run_warmup
 
 
 def test_plan_covers_lengths_times_levels_then_chat_per_level():
@@ -28,17 +33,46 @@ def test_plan_covers_lengths_times_levels_then_chat_per_level():
     ]
 
 
-def test_plan_clips_to_the_model_length_and_max_sequences_and_drops_duplicates():
-    config = WarmupConfig(prompt_lengths=[64, 1024, 4096], concurrency=[2, 16, 64], max_tokens=8, chat=False)
+def test_plan_refuses_what_the_user_set_beyond_the_limits_never_clipping_it():
+    config = WarmupConfig(prompt_lengths=[64, 1024], concurrency=[2, 16], max_tokens=8, chat=False)
+    with pytest.raises(WarmupRefused) as caught:
+        plan_warmup(config, max_model_len=512, max_num_seqs=8)
+    reason = str(caught.value)
+    assert "warmup.promptLengths [1024]" in reason and "engine.maxModelLen" in reason
+    assert "warmup.concurrency [16]" in reason and "engine.maxNumSeqs" in reason
+
+
+def test_plan_fits_defaults_to_the_limits_and_says_so():
+    config = WarmupConfig(chat=False)  # defaults: lengths [16, 256, 1024], concurrency [1, 4, 16]
+    fit = fit_warmup(config, max_model_len=512, max_num_seqs=8)
+    assert fit.refusals == []
+    assert (fit.prompt_lengths, fit.concurrency) == ([16, 256], [1, 4, 8])
+    assert any("[1024] left out" in note for note in fit.notes)
+    assert any("[16] lowered to 8" in note for note in fit.notes)
     waves = plan_warmup(config, max_model_len=512, max_num_seqs=8)
-    # 512 - 8 generated - 8 margin = 496: 1024 and 4096 both clip to it; 16 and 64 clip to 8.
     assert [(w[0].prompt_tokens, w[0].concurrency, len(w)) for w in waves] == [
-        (64, 2, 2), (496, 2, 2), (64, 8, 8), (496, 8, 8),
-    ]
+        (16, 1, 1), (256, 1, 1), (16, 4, 4), (256, 4, 4), (16, 8, 8), (256, 8, 8)]
 
 
-async def serve(handler) -> tuple[web.AppRunner, str]:
+def test_defaults_that_cannot_fit_at_all_are_refused():
+    fit = fit_warmup(WarmupConfig(max_tokens=20), max_model_len=40, max_num_seqs=None)
+    assert fit.refusals and "warmup.maxTokens (20)" in fit.refusals[0]
+
+
+def test_engine_limits_read_the_rendered_command_line_else_the_platform_default():
+    engine = EngineOptions()
+    argv = ["vllm", "--max-num-seqs", "8", "--max-model-len", "512", "--max_num_seqs=32"]
+    assert engine_limits(argv, engine, cpu=False) == EngineLimits(512, 32)
+    npu = engine_limits(["vllm"], engine, cpu=False)
+    assert (npu.max_model_len, npu.max_num_seqs) == (None, 256) and "default" in npu.seqs_from
+    assert engine_limits(["vllm"], engine, cpu=True).max_num_seqs == 128
+    assert engine_limits(["vllm", "--performance-mode", "throughput"], engine, cpu=True).max_num_seqs == 256
+
+
+async def serve(handler, models=None) -> tuple[web.AppRunner, str]:
     app = web.Application()
+    if models is not None:
+        app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", handler)
     app.router.add_post("/v1/chat/completions", handler)
     runner = web.AppRunner(app)
@@ -137,6 +171,32 @@ async def test_any_other_chat_error_still_fails_the_warmup():
     finally:
         await runner.cleanup()
     assert not result.ok and "chat request" in result.reason and "HTTP 400" in result.reason
+
+
+async def test_a_user_length_beyond_the_models_own_length_fails_before_sending_anything():
+    # engine.maxModelLen unset: the limit is the model's (config.json), read from /v1/models.
+    seen = []
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "m", "max_model_len": 256}]})
+
+    async def ok(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    runner, url = await serve(ok, models)
+    try:
+        refused = await run_warmup(url, "m", WarmupConfig(prompt_lengths=[16, 1024], concurrency=[1]), None, 4)
+        fitted = await run_warmup(url, "m", WarmupConfig(concurrency=[1], chat=False), None, 4)
+    finally:
+        await runner.cleanup()
+    assert not refused.ok and refused.requests == 0
+    assert "warmup.promptLengths [1024]" in refused.reason and "max model length 256" in refused.reason
+    assert "engine.maxModelLen unset" in refused.reason
+    # No engine argv, so no derived plan: the defaults [16, 256, 1024] are sent, fitted (8 generated
+    # and 8 margin in 256 tokens: only 16 fits), said so.
+    assert fitted.ok and fitted.requests == 1 and seen == ["/v1/completions"]
+    assert any("[256, 1024] left out" in warning for warning in fitted.warnings)
 
 
 # -- the plan derived from the engine's configuration ------------------------------------------
@@ -287,7 +347,7 @@ async def test_run_warmup_takes_the_model_length_from_the_engine_when_the_argv_h
     url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
     try:
         result = await run_warmup(url, "m", WarmupConfig.model_validate({"max_tokens": 2, "chat": False}), None, None,
-                                  ["vllm", "--max-num-seqs", "2", "--max-num-batched-tokens", "64"])
+                                  engine_argv=["vllm", "--max-num-seqs", "2", "--max-num-batched-tokens", "64"])
     finally:
         await runner.cleanup()
     assert result.ok
@@ -295,3 +355,46 @@ async def test_run_warmup_takes_the_model_length_from_the_engine_when_the_argv_h
     assert sorted(length for length, _, _ in seen) == [16, 16, 16, 32, 64, 118]
     assert sorted(out for length, out, _ in seen if length == 16)[-2:] == [2, 3]
     assert all(eos is True for _, _, eos in seen)
+
+
+# -- the derived plan and the engine limits together ---------------------------------------------
+
+
+def test_with_the_derived_plan_what_the_user_set_beyond_the_limits_is_still_refused():
+    shapes = EngineShapes(512, 8, None, ())
+    config = WarmupConfig.model_validate({"prompt_lengths": [64, 1024], "concurrency": [2, 16], "chat": False})
+    with pytest.raises(WarmupRefused) as caught:
+        plan_warmup(config, 512, 8, shapes)
+    reason = str(caught.value)
+    assert "warmup.promptLengths [1024]" in reason and "warmup.concurrency [16]" in reason
+
+
+def test_the_derived_plan_replaces_defaults_that_would_not_fit_without_refusing_or_warning():
+    # 40 tokens with 20 generated: no default length fits (refused without a derived plan, above).
+    config = WarmupConfig(max_tokens=20, chat=False)
+    fit = fit_warmup(config, max_model_len=40, max_num_seqs=2, defaults_replaced=True)
+    assert fit.refusals == [] and fit.notes == []
+    shapes = EngineShapes(40, 2, None, ())
+    waves = plan_warmup(config, 40, 2, shapes)
+    assert waves == derived_plan(shapes, 40, 20).waves
+    assert all(r.prompt_tokens + (r.max_tokens or 20) <= 40 for wave in waves for r in wave)
+
+
+async def test_run_warmup_with_the_argv_sends_the_derived_plan_and_no_default_warnings():
+    seen = []
+
+    async def ok(request: web.Request) -> web.Response:
+        seen.append(len((await request.json()).get("prompt", [])))
+        return web.json_response({"choices": [{"text": "x"}]})
+
+    runner, url = await serve(ok)
+    argv = ["vllm", "--max-model-len", "128", "--max-num-seqs", "2", "--max-num-batched-tokens", "64"]
+    try:
+        derived = await run_warmup(url, "m", WarmupConfig(chat=False), 128, 2, engine_argv=argv)
+        refused = await run_warmup(url, "m", WarmupConfig(concurrency=[4], chat=False), 128, 2,
+                                   " (engine.maxNumSeqs)", engine_argv=argv)
+    finally:
+        await runner.cleanup()
+    # Defaults [16, 256, 1024] x [1, 4, 16] would leave 256 and 1024 out and lower 4 and 16, with warnings.
+    assert derived.ok and derived.warnings == [] and 256 not in seen and max(seen) == 128 - 8 - 8
+    assert not refused.ok and refused.requests == 0 and "warmup.concurrency [4]" in refused.reason

@@ -18,6 +18,11 @@ LEASE_NAMESPACE from ha and the release, so the operator and the command line ne
   value: {{ include "ascend-llm-operator.leaseName" . | quote }}
 - name: ASCEND_LLM_OPERATOR_LEASE_NAMESPACE
   value: {{ .Release.Namespace | quote }}
+{{- if kindIs "invalid" .Values.settings.fetchImage }}
+{{- /* Only the operator's own image writes to model caches (never a resource's spec.image). */}}
+- name: ASCEND_LLM_OPERATOR_FETCH_IMAGE
+  value: {{ include "ascend-llm-operator.image" . | quote }}
+{{- end }}
 {{- range $key, $value := .Values.settings }}
 {{- if not (kindIs "invalid" $value) }}
 - name: ASCEND_LLM_OPERATOR_{{ $key | snakecase | upper }}

@@ -1,7 +1,8 @@
 """Pure builders: a resource's spec + operator settings -> the manifests of its children.
 
-:func:`build_children` is the entry point the handlers and ``ascend-llm render`` call. Nothing
-here talks to the API or imports kopf; owner references are added by the handler (kopf.adopt).
+:func:`build_children` is the entry point the handlers and ``ascend-llm render`` call: it makes
+one :class:`BuildInputs` (:mod:`.inputs`) and hands it to the builders. Nothing here talks to the
+API or imports kopf; owner references are added by the handler (kopf.adopt).
 
 The workload is a Deployment (``nodesPerReplica`` 1) or a LeaderWorkerSet (more): exactly one of
 ``Children.deployment`` / ``Children.leaderworkerset`` is set. The autoscaler (``Children.hpa``
@@ -11,13 +12,12 @@ layer gets from :func:`choose_autoscaler` (it alone knows what the cluster serve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ascend_runtime.config import EngineConfig, GraphMode
+from ascend_runtime.config import EngineConfig
 
-from ascend_operator.api import AscendLLMDeploymentSpec, Platform
+from ascend_operator.api import AscendLLMDeploymentSpec
 from ascend_operator.builders.adapters import build_adapters_configmap, lora_enabled
 from ascend_operator.builders.autoscaling import (
     AutoscalerChoice,
@@ -44,14 +44,16 @@ from ascend_operator.builders.engine_config import (
     remembered_mode_key,
     startup_budget,
 )
-from ascend_operator.builders.leaderworkerset import build_leaderworkerset, lws_missing
-from ascend_operator.builders.modelcache import (
-    build_adapter_fetch_job,
-    build_cache_claim,
-    build_fetch_job,
-    plan_adapter_fetches,
-    plan_cache,
+from ascend_operator.builders.inputs import (
+    BuildInputs,
+    BuildMeta,
+    Plans,
+    Remembered,
+    make_plans,
+    resolve_image,
 )
+from ascend_operator.builders.leaderworkerset import build_leaderworkerset, lws_missing
+from ascend_operator.builders.modelcache import build_adapter_fetch_job, build_cache_claim, build_fetch_job
 from ascend_operator.builders.pdb import build_pdb
 from ascend_operator.builders.routing import build_routing, routing_missing
 from ascend_operator.builders.service import build_runtime_service, build_service, endpoint_url
@@ -64,20 +66,24 @@ __all__ = [
     "SPEC_HASH_ANNOTATION",
     "AutoscalerChoice",
     "AutoscalerKind",
+    "BuildInputs",
     "BuildMeta",
     "Children",
     "ChildrenSummary",
-    "Observed",
+    "Plans",
+    "Remembered",
     "build_children",
     "build_engine_config",
     "build_hpa",
     "build_leaderworkerset",
     "build_scaled_object",
+    "children_of",
     "choose_autoscaler",
     "common_labels",
     "content_hash",
     "endpoint_url",
     "lws_missing",
+    "make_plans",
     "remembered_mode_key",
     "resolve_image",
     "routing_missing",
@@ -89,33 +95,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class BuildMeta:
-    """The resource's identity."""
-
-    name: str
-    namespace: str
-    generation: int | None = None
-    #: The resource's annotations (``RETRY_GRAPH_ANNOTATION`` is read from them).
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What the operator has observed and the builders may use (from the resource's status)."""
-
-    remembered_mode: GraphMode | None = None
-    #: The key the mode was remembered under (:func:`remembered_mode_key`); a mismatch drops it.
-    remembered_for: str | None = None
-    #: Names of the hub adapters' fetch Jobs that have completed: only their adapters enter the
-    #: adapters ConfigMap ...
-    adapter_jobs_complete: frozenset[str] = frozenset()
-    #: ... or those the live adapters ConfigMap already lists at the same path (name -> path): a
-    #: completed Job deleted and made again does not unload an adapter the pods serve.
-    adapters_served: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ChildrenSummary:
     """What the status needs of the children as built (a few names and hashes, not the objects; the
     children's names are ``ChildNames.for_resource``)."""
@@ -130,7 +110,7 @@ class ChildrenSummary:
     autoscaler: AutoscalerKind | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Children:
     """The desired children, as plain dicts without owner references.
 
@@ -210,81 +190,69 @@ class Children:
         ]
 
 
-def resolve_image(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> str:
-    """``spec.image``, or the settings' default for the chip (or the CPU image)."""
-    if spec.image:
-        return spec.image
-    return settings.runtime_image(None if spec.platform == Platform.CPU else spec.npu.chip)
-
-
 def build_children(
     meta: BuildMeta,
     spec: AscendLLMDeploymentSpec,
     settings: OperatorSettings,
-    observed: Observed | None = None,
+    remembered: Remembered | None = None,
+    *,
     autoscaler: AutoscalerKind | None = None,
     routing: bool = True,
+    plans: Plans | None = None,
 ) -> Children:
-    """Every child of the resource; the remembered mode is used only while its key matches.
+    """Every child of the resource, from :meth:`BuildInputs.make` (the remembered mode is used
+    only while its key matches; ``plans`` as the caller made them, else made here).
 
     ``autoscaler`` is :attr:`AutoscalerChoice.kind` from :func:`choose_autoscaler`; None builds
     no autoscaler (autoscaling off, or not possible on this cluster). It is ignored while
     ``spec.autoscaling`` is off. ``routing`` False builds no routing children (the cluster
     lacks their APIs: :func:`routing_missing`).
     """
-    observed = observed or Observed()
-    names = ChildNames.for_resource(meta.name)
-    image = resolve_image(spec, settings)
-    key = remembered_mode_key(spec, image, meta.annotations.get(RETRY_GRAPH_ANNOTATION))
-    start_mode = observed.remembered_mode if observed.remembered_for == key else None
-    config = build_engine_config(meta.name, spec, settings, start_mode, image)
-    configmap = build_configmap(meta.name, meta.namespace, names.configmap, config)
-    # The pod template carries a hash of the config *without* the remembered start mode:
-    # remembering the mode that already runs must not roll healthy pods; new pods read it.
-    rolled = config.model_copy(update={"graph": config.graph.model_copy(update={"start_mode": None})})
-    config_hash = content_hash(build_configmap(meta.name, meta.namespace, names.configmap, rolled)["data"])
-    workload_args = (meta.name, meta.namespace, names, spec, settings, config, config_hash, image)
+    return children_of(BuildInputs.make(meta, spec, settings, remembered, plans), autoscaler=autoscaler,
+                       routing=routing)
+
+
+def children_of(inputs: BuildInputs, *, autoscaler: AutoscalerKind | None, routing: bool) -> Children:
+    """Every child built from ``inputs`` (:func:`build_children`)."""
+    name, namespace, names = inputs.name, inputs.namespace, inputs.names
+    spec, settings, cache_plan = inputs.spec, inputs.settings, inputs.cache_plan
     multinode = spec.nodes_per_replica > 1
     scaling = spec.autoscaling is not None and spec.autoscaling.enabled
-    plan = plan_cache(meta.name, spec, settings)
-    fetches = plan_adapter_fetches(spec, settings) if plan is not None and plan.claim_name is not None else ()
-    downloaded = {
-        adapter: fetch for fetch in fetches for adapter in fetch.adapters
-        if fetch.job_name(meta.name) in observed.adapter_jobs_complete
-        or observed.adapters_served.get(adapter) == str(fetch.request.model_dir)
-    }
+    create = cache_plan.spec.create if cache_plan is not None else None
+    claim_owned = bool(create and create.delete_with_resource)
     return Children(
-        cache_claim=build_cache_claim(meta.name, meta.namespace, plan) if plan is not None else None,
-        cache_claim_owned=bool(plan and plan.cache.create and plan.cache.create.delete_with_resource),
-        fetch_job=build_fetch_job(meta.name, meta.namespace, spec, settings, plan, image) if plan else None,
+        cache_claim=build_cache_claim(name, namespace, cache_plan) if cache_plan is not None else None,
+        cache_claim_owned=claim_owned,
+        fetch_job=(build_fetch_job(name, namespace, spec, settings, cache_plan)
+                   if cache_plan else None),
         adapter_fetch_jobs=tuple(
-            build_adapter_fetch_job(meta.name, meta.namespace, settings, plan, fetch, image)
-            for fetch in fetches if plan is not None
+            build_adapter_fetch_job(name, namespace, settings, cache_plan, fetch)
+            for fetch in inputs.fetches_on_claim if cache_plan is not None
         ),
         names=names,
-        image=image,
-        engine_config=config,
-        remembered_key=key,
-        configmap=configmap,
+        image=inputs.image,
+        engine_config=inputs.engine_config,
+        remembered_key=inputs.remembered_key,
+        configmap=build_configmap(name, namespace, names.configmap, inputs.engine_config),
         adapters_configmap=(
-            build_adapters_configmap(meta.name, meta.namespace, names.adapters, spec, downloaded)
+            build_adapters_configmap(name, namespace, names.adapters, spec, inputs.downloaded)
             if lora_enabled(spec) else None
         ),
-        deployment=None if multinode else build_deployment(*workload_args),
-        leaderworkerset=build_leaderworkerset(*workload_args) if multinode else None,
-        service=build_service(meta.name, meta.namespace, names.service, spec),
-        runtime_service=build_runtime_service(meta.name, meta.namespace, names.runtime_service, spec),
-        pdb=build_pdb(meta.name, meta.namespace, names.pdb),
+        deployment=None if multinode else build_deployment(inputs),
+        leaderworkerset=build_leaderworkerset(inputs) if multinode else None,
+        service=build_service(name, namespace, names.service, spec),
+        runtime_service=build_runtime_service(name, namespace, names.runtime_service, spec),
+        pdb=build_pdb(name, namespace, names.pdb),
         hpa=(
-            build_hpa(meta.name, meta.namespace, names.hpa, spec, settings)
+            build_hpa(name, namespace, names.hpa, spec, settings)
             if scaling and autoscaler == "hpa"
             else None
         ),
         scaled_object=(
-            build_scaled_object(meta.name, meta.namespace, names.scaled_object, spec, settings)
+            build_scaled_object(name, namespace, names.scaled_object, spec, settings)
             if scaling and autoscaler == "keda"
             else None
         ),
-        scale_selector=scale_selector_string(meta.name, spec.nodes_per_replica),
-        routing=build_routing(meta.name, meta.namespace, spec, settings) if routing else (),
+        scale_selector=scale_selector_string(name, spec.nodes_per_replica),
+        routing=build_routing(name, namespace, spec, settings) if routing else (),
     )

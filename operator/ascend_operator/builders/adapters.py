@@ -29,7 +29,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ascend_runtime.config import ADAPTERS_FILE_KEY, DEFAULT_ADAPTERS_PATH, Adapter, AdapterSet
+import yaml
+from ascend_runtime.config import (
+    ADAPTERS_FILE_KEY,
+    DEFAULT_ADAPTERS_PATH,
+    Adapter,
+    AdapterSet,
+    ConfigError,
+    parse_adapter_set,
+)
 
 from ascend_operator.api import AscendLLMDeploymentSpec, LoraAdapterSpec
 from ascend_operator.builders.common import common_labels, content_hash, with_spec_hash
@@ -139,3 +147,15 @@ def build_adapters_configmap(
             "data": {ADAPTERS_FILE_KEY: adapter_set(spec, downloaded).to_yaml()},
         }
     )
+
+
+def served_adapters(configmap: Mapping[str, Any] | None) -> dict[str, str]:
+    """Adapter name -> path as a live adapters ConfigMap (:func:`build_adapters_configmap`'s)
+    lists them; empty when there is none or it cannot be read."""
+    text = ((configmap or {}).get("data") or {}).get(ADAPTERS_FILE_KEY)
+    if not text:
+        return {}
+    try:
+        return parse_adapter_set(yaml.safe_load(text)).paths()
+    except (yaml.YAMLError, ConfigError):
+        return {}

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ascend_runtime.config import EngineConfig
-
-from ascend_operator.api import AscendLLMDeploymentSpec, RolloutStrategy
+from ascend_operator.api import RolloutStrategy
 from ascend_operator.builders.common import common_labels, selector_labels, with_spec_hash
-from ascend_operator.builders.engine_config import startup_budget
+from ascend_operator.builders.inputs import BuildInputs
 from ascend_operator.builders.pod import (  # noqa: F401  (re-exported for callers of the old module)
     CONFIG_DIR,
     DRIVER_HOST_PATHS,
@@ -36,25 +34,15 @@ from ascend_operator.builders.pod import (  # noqa: F401  (re-exported for calle
     build_pod_template,
     termination_grace_seconds,
 )
-from ascend_operator.names import ChildNames
-from ascend_operator.settings import OperatorSettings
 
 #: Extra seconds of progressDeadlineSeconds beyond the start-up budget (image pull, scheduling).
 PROGRESS_DEADLINE_MARGIN_S = 600
 
 
-def build_deployment(
-    name: str,
-    namespace: str,
-    names: ChildNames,
-    spec: AscendLLMDeploymentSpec,
-    settings: OperatorSettings,
-    config: EngineConfig,
-    config_hash: str,
-    image: str,
-) -> dict[str, Any]:
-    """The engine Deployment for resource ``name`` (see the module docstring)."""
-    template = build_pod_template(name, names, spec, settings, config, config_hash, image)
+def build_deployment(inputs: BuildInputs) -> dict[str, Any]:
+    """The engine Deployment of the resource (see the module docstring)."""
+    name, spec = inputs.name, inputs.spec
+    template = build_pod_template(inputs)
     if spec.rollout.strategy == RolloutStrategy.ROLLING_UPDATE:
         strategy: dict[str, Any] = {
             "type": "RollingUpdate",
@@ -62,12 +50,13 @@ def build_deployment(
         }
     else:
         strategy = {"type": "Recreate"}
-    budget = startup_budget(spec, settings)
+    budget = inputs.budget
     return with_spec_hash(
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": names.deployment, "namespace": namespace, "labels": common_labels(name)},
+            "metadata": {"name": inputs.names.deployment, "namespace": inputs.namespace,
+                         "labels": common_labels(name)},
             "spec": {
                 "replicas": spec.replicas,
                 "selector": {"matchLabels": selector_labels(name)},

@@ -12,9 +12,10 @@ Start-up budget (documented formula, all numbers from :class:`OperatorSettings`)
     capture = 0 (eager) | capture_s_piecewise (piecewise) | capture_s_full (auto and FULL modes)
               + static_kernel_s when ascend.enableStaticKernel
     attempt = load + capture                    -> EngineConfig.runtime.ready_timeout_s
-    rungs   = 1 without graph.fallback or with policy eager; else 2 for piecewise, CPU and 310P
-              (PIECEWISE or FULL_DECODE_ONLY -> EAGER) and 3 for the rest (FULL_AND_PIECEWISE or
-              FULL_DECODE_ONLY -> PIECEWISE -> EAGER)
+    rungs   = the longest ladder the runtime may climb for the policy on the chip, any supported
+              version (ascend_runtime.ladder.longest_ladder): 1 without graph.fallback, with policy
+              eager, with LoRA on CPU and for policies 310P cannot capture; 2 for piecewise, CPU and
+              310P (FULL_DECODE_ONLY -> EAGER); 3 for the rest (-> PIECEWISE -> EAGER)
     total   = preflight + attempt * rungs + (rungs - 1) * deviceFreeWaitS + warmup timeout
               (preflight = attempt where it runs, on NPUs; deviceFreeWaitS on NPUs only;
               warmup when enabled)             -> startupProbe failureThreshold * periodSeconds
@@ -42,6 +43,7 @@ from ascend_runtime.config import (
     RuntimeOptions,
     WarmupConfig,
 )
+from ascend_runtime.ladder import longest_ladder
 
 from ascend_operator.api import (
     AscendLLMDeploymentSpec,
@@ -50,8 +52,9 @@ from ascend_operator.api import (
     Platform,
     display_model,
 )
+from ascend_operator.builders.adapters import lora_enabled
 from ascend_operator.builders.common import content_hash
-from ascend_operator.builders.modelcache import CACHE_DIR, plan_cache
+from ascend_operator.builders.modelcache import CACHE_DIR, CachePlan
 from ascend_operator.settings import OperatorSettings
 
 #: Where a PVC or hostPath model is mounted in the pod.
@@ -110,15 +113,10 @@ def startup_budget(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) ->
 
 
 def ladder_length(spec: AscendLLMDeploymentSpec) -> int:
-    """The most rungs a start may climb down (the runtime's ladder for any supported version)."""
-    policy = spec.graph.policy
-    if not spec.graph.fallback or policy == GraphPolicy.EAGER:
-        return 1
-    if policy == GraphPolicy.PIECEWISE or spec.platform == Platform.CPU:
-        return 2  # PIECEWISE -> EAGER (CPU: torch.compile -> eager)
-    if spec.npu.chip.value == "310P":
-        return 2  # FULL_DECODE_ONLY -> EAGER
-    return 3
+    """The most rungs a start may climb down: the runtime's ladder for any supported version
+    (:func:`ascend_runtime.ladder.longest_ladder`)."""
+    chip = None if spec.platform == Platform.CPU else spec.npu.chip
+    return longest_ladder(spec.graph.policy, spec.graph.fallback, chip, lora_enabled(spec))
 
 
 def model_path(spec: AscendLLMDeploymentSpec) -> str:
@@ -188,10 +186,15 @@ def build_engine_config(
     name: str,
     spec: AscendLLMDeploymentSpec,
     settings: OperatorSettings,
-    remembered_mode: GraphMode | None,
+    *,
     image: str,
+    cache_plan: CachePlan | None,
+    start_mode: GraphMode | None = None,
+    namespace: str | None = None,
 ) -> EngineConfig:
-    """The engine config for resource ``name``; ``remembered_mode`` becomes ``graph.startMode``."""
+    """The engine config for resource ``name`` (``cache_plan``: what
+    :func:`ascend_operator.builders.modelcache.plan_cache` made of the spec);
+    ``start_mode`` (a remembered working mode) becomes ``graph.startMode``."""
     cpu = spec.platform == Platform.CPU
     engine = spec.engine
     # Sorted, so the order a user wrote a map in never changes the ConfigMap (and rolls pods).
@@ -218,7 +221,7 @@ def build_engine_config(
         {"policy": spec.graph.policy, "fallback": spec.graph.fallback},
         capture_sizes=spec.graph.capture_sizes,
         max_capture_size=spec.graph.max_capture_size,
-        start_mode=remembered_mode,
+        start_mode=start_mode,
     )
     ascend: dict[str, Any] = {"chip": None if cpu else spec.npu.chip}
     if spec.ascend is not None:
@@ -279,14 +282,15 @@ def build_engine_config(
             {"enabled": True, "max_rank": spec.lora.max_rank, "max_loras": spec.lora.max_loras},
             max_cpu_loras=spec.lora.max_cpu_loras,
         )
-    plan = plan_cache(name, spec, settings)
-    snapshot = plan.model_path if plan is not None else None
+    snapshot = cache_plan.model_path if cache_plan is not None else None
+    compile_cache = cache_plan is not None and cache_plan.spec.compile_cache
     return EngineConfig.model_validate(
         {
             "schema_version": SCHEMA_VERSION,
             **({"distributed": distributed} if distributed else {}),
             **({"lora": lora} if lora else {}),
-            **({"compile_cache": {"root": CACHE_DIR}} if plan is not None and plan.cache.compile_cache else {}),
+            # The namespace is part of every compile key: one tenant never loads another's kernels.
+            **({"compile_cache": {"root": CACHE_DIR, "namespace": namespace}} if compile_cache else {}),
             "name": name,
             "image": image,
             "model": _set(
@@ -297,7 +301,7 @@ def build_engine_config(
                 },
                 # The snapshot on the cache is that revision already.
                 revision=None if snapshot else spec.model.revision,
-                cache_marker=plan.marker if plan is not None else None,
+                cache_marker=cache_plan.marker if cache_plan is not None else None,
             ),
             "engine": engine_options,
             "graph": graph,

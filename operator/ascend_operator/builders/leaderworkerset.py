@@ -39,8 +39,6 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from ascend_runtime.config import EngineConfig
-
 from ascend_operator.api import AscendLLMDeploymentSpec, RolloutStrategy
 from ascend_operator.builders.common import (  # noqa: F401  (LWS label names, re-exported)
     LEADER_WORKER_INDEX,
@@ -48,9 +46,8 @@ from ascend_operator.builders.common import (  # noqa: F401  (LWS label names, r
     common_labels,
     with_spec_hash,
 )
+from ascend_operator.builders.inputs import BuildInputs
 from ascend_operator.builders.pod import build_pod_template
-from ascend_operator.names import ChildNames
-from ascend_operator.settings import OperatorSettings
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 #: The env var the runtime reads the pod's IP from (ascend_runtime.distributed.POD_IP_ENV).
@@ -94,16 +91,8 @@ def group_env() -> list[dict[str, Any]]:
     return [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
 
 
-def _template(
-    role: str,
-    name: str,
-    names: ChildNames,
-    spec: AscendLLMDeploymentSpec,
-    settings: OperatorSettings,
-    config: EngineConfig,
-    config_hash: str,
-    image: str,
-) -> dict[str, Any]:
+def _template(inputs: BuildInputs, role: str) -> dict[str, Any]:
+    settings = inputs.settings
     labels = {ROLE_LABEL: role}
     if settings.volcano_ring_controller:
         labels[VOLCANO_RING_CONTROLLER_LABEL] = settings.volcano_ring_controller
@@ -111,13 +100,7 @@ def _template(
     if settings.volcano_schedule_policy:
         annotations[VOLCANO_SCHEDULE_POLICY_ANNOTATION] = settings.volcano_schedule_policy
     template = build_pod_template(
-        name,
-        names,
-        spec,
-        settings,
-        config,
-        config_hash,
-        image,
+        inputs,
         extra_env=group_env(),
         extra_labels=labels,
         extra_annotations=annotations,
@@ -130,27 +113,18 @@ def _template(
     return template
 
 
-def build_leaderworkerset(
-    name: str,
-    namespace: str,
-    names: ChildNames,
-    spec: AscendLLMDeploymentSpec,
-    settings: OperatorSettings,
-    config: EngineConfig,
-    config_hash: str,
-    image: str,
-) -> dict[str, Any]:
-    """The LeaderWorkerSet for resource ``name`` (see the module docstring)."""
+def build_leaderworkerset(inputs: BuildInputs) -> dict[str, Any]:
+    """The LeaderWorkerSet of the resource (see the module docstring)."""
+    spec = inputs.spec
     max_unavailable: int | str = "100%" if spec.rollout.strategy == RolloutStrategy.RECREATE else 1
-    args = (name, names, spec, settings, config, config_hash, image)
     return with_spec_hash(
         {
             "apiVersion": LWS_API_VERSION,
             "kind": LWS_KIND,
             "metadata": {
-                "name": names.leaderworkerset,
-                "namespace": namespace,
-                "labels": common_labels(name),
+                "name": inputs.names.leaderworkerset,
+                "namespace": inputs.namespace,
+                "labels": common_labels(inputs.name),
             },
             "spec": {
                 "replicas": spec.replicas,
@@ -162,8 +136,8 @@ def build_leaderworkerset(
                 "leaderWorkerTemplate": {
                     "size": spec.nodes_per_replica,
                     "restartPolicy": RESTART_POLICY,
-                    "leaderTemplate": _template(ROLE_LEADER, *args),
-                    "workerTemplate": _template(ROLE_WORKER, *args),
+                    "leaderTemplate": _template(inputs, ROLE_LEADER),
+                    "workerTemplate": _template(inputs, ROLE_WORKER),
                 },
             },
         }

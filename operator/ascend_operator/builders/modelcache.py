@@ -21,6 +21,7 @@ cached weights, unless ``create.deleteWithResource`` asks otherwise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from ascend_runtime.cachelayout import PERMANENT_EXIT_CODES, FetchRequest, Hub
@@ -29,7 +30,8 @@ from pydantic import ValidationError
 from ascend_operator.api import AscendLLMDeploymentSpec, ModelCacheSpec, SecretKeyRef, SpecError
 from ascend_operator.builders.common import common_labels, content_hash, with_spec_hash
 from ascend_operator.names import safe_name
-from ascend_operator.settings import OperatorSettings
+from ascend_operator.policy import cache_prefix
+from ascend_operator.settings import ENV_PREFIX, OperatorSettings
 
 #: Where the cache volume is mounted: whole in the fetch Job, in two parts in serving pods.
 CACHE_DIR = "/var/cache/ascend-llm-model"
@@ -45,9 +47,11 @@ PROGRESS_PORT = 8080
 class CachePlan:
     """What the cache of one resource needs: the claim to use, and the fetch (hub sources only)."""
 
-    cache: ModelCacheSpec
+    spec: ModelCacheSpec
     claim_name: str | None
     request: FetchRequest | None
+    #: The model's hub token (spec.model.tokenSecretRef): the fetch reads it.
+    token: SecretKeyRef | None = None
     #: LoRA is on: serving pods mount ``models/`` (where hub adapters are downloaded) even for a
     #: model that is not from a hub, so adding a hub adapter changes no pod template.
     lora: bool = False
@@ -100,7 +104,7 @@ def plan_cache(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSetti
         except ValidationError as error:  # what the cache cannot lay out on disk
             raise SpecError([(f"spec.model.{field}.id / spec.model.revision",
                               "; ".join(e["msg"] for e in error.errors()))]) from error
-    return CachePlan(cache=cache, claim_name=claim, request=request,
+    return CachePlan(spec=cache, claim_name=claim, request=request, token=model.token_secret_ref,
                      lora=spec.lora is not None and spec.lora.enabled)
 
 
@@ -118,11 +122,13 @@ class AdapterFetch:
         """``huggingface:org/name@revision``, as status.modelCache.source spells the model's."""
         return f"{self.request.hub.value}:{self.request.repo_id}@{self.request.revision or 'default'}"
 
-    def job_name(self, name: str) -> str:
-        """``<name>-adapter-<hash of the request and token reference>``: another repo, revision or
-        token is another Job, and never the model's."""
+    def job_name(self, name: str, settings: OperatorSettings, claim_name: str | None) -> str:
+        """``<name>-adapter-<hash of the request, token reference and pod template>``: another repo,
+        revision or token is another Job, never the model's, and so is any change the Job's
+        immutable template would refuse (the fetch image, resources, the claim)."""
         token = self.token.model_dump(mode="json") if self.token is not None else None
-        return safe_name(name, "adapter-" + content_hash([self.request.model_dump(mode="json"), token])[:8])
+        template = _template_digest(_fetch_container(self.request, self.token, settings), claim_name, settings)
+        return safe_name(name, "adapter-" + content_hash([self.request.model_dump(mode="json"), token, template])[:10])
 
 
 def plan_adapter_fetches(spec: AscendLLMDeploymentSpec,
@@ -155,25 +161,53 @@ def plan_adapter_fetches(spec: AscendLLMDeploymentSpec,
     return tuple(fetches.values())
 
 
-def fetch_job_name(name: str, plan: CachePlan) -> str:
-    """``<name>-fetch-<hash of the request>``: another model or revision is another Job."""
-    assert plan.request is not None
-    return safe_name(name, "fetch-" + content_hash(plan.request.model_dump(mode="json"))[:8])
+def request_digest(request: FetchRequest) -> str:
+    """What a completed fetch is remembered by (``status.modelCache.completedRequest``)."""
+    return content_hash(request.model_dump(mode="json"))[:8]
 
 
-def _volume(plan: CachePlan) -> dict[str, Any]:
-    if plan.claim_name is not None:
-        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": plan.claim_name}}
-    assert plan.cache.host_path is not None
-    return {"name": CACHE_VOLUME, "hostPath": {"path": plan.cache.host_path, "type": "DirectoryOrCreate"}}
+def _template_digest(container: dict[str, Any], claim_name: str | None, settings: OperatorSettings) -> str:
+    # Everything a Job's pod template holds: a Job's template is immutable, so a change of any
+    # (the fetch image, the token reference, resources, the claim) must be another Job.
+    return content_hash([container, claim_name, pod_security_context(settings)])[:5]
 
 
-def build_cache_claim(name: str, namespace: str, plan: CachePlan) -> dict[str, Any] | None:
+def fetch_job_name(name: str, cache_plan: CachePlan, settings: OperatorSettings) -> str:
+    """``<name>-fetch-<hash of the request>-<hash of the pod template>``: another model or
+    revision is another Job, and so is any change the Job's immutable template would refuse."""
+    assert cache_plan.request is not None
+    template = _template_digest(fetch_container(cache_plan, settings), cache_plan.claim_name, settings)
+    return safe_name(name, f"fetch-{request_digest(cache_plan.request)}-{template}")
+
+
+def cache_host_dir(host_path: str, namespace: str, settings: OperatorSettings) -> str:
+    """The node directory of a ``hostPath`` cache: ``<prefix>/<namespace>/<rest of the path>``, where
+    ``<prefix>`` is the administrator's cache prefix the path lies under. The namespace is a
+    directory of its own right below the prefix, so one namespace's tree never holds another's:
+    a tenant cannot name another namespace's directory, whatever path it writes."""
+
+    prefix = cache_prefix(host_path, settings)
+    if prefix is None:
+        raise SpecError([("spec.model.cache.hostPath",
+                          f"host path {host_path} is not under an allowed cache prefix (operator setting "
+                          f"{ENV_PREFIX}CACHE_HOST_PATH_PREFIXES)")])
+    return str(PurePosixPath(prefix, namespace, host_path[len(prefix):].lstrip("/")))
+
+
+def _volume(cache_plan: CachePlan, namespace: str, settings: OperatorSettings) -> dict[str, Any]:
+    if cache_plan.claim_name is not None:
+        return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache_plan.claim_name}}
+    assert cache_plan.spec.host_path is not None
+    path = cache_host_dir(cache_plan.spec.host_path, namespace, settings)
+    return {"name": CACHE_VOLUME, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+
+
+def build_cache_claim(name: str, namespace: str, cache_plan: CachePlan) -> dict[str, Any] | None:
     """The PersistentVolumeClaim of ``cache.create`` (owner references are the caller's choice:
     only with ``deleteWithResource``)."""
 
-    create = plan.cache.create
-    if create is None or plan.claim_name is None:
+    create = cache_plan.spec.create
+    if create is None or cache_plan.claim_name is None:
         return None
     spec: dict[str, Any] = {
         "accessModes": [create.access_mode.value],
@@ -184,26 +218,27 @@ def build_cache_claim(name: str, namespace: str, plan: CachePlan) -> dict[str, A
     return with_spec_hash({
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": plan.claim_name, "namespace": namespace,
+        "metadata": {"name": cache_plan.claim_name, "namespace": namespace,
                      "labels": common_labels(name, "model-cache")},
         "spec": spec,
     })
 
 
-def fetch_container(spec: AscendLLMDeploymentSpec, plan: CachePlan, settings: OperatorSettings,
-                    image: str, *, ports: bool = True) -> dict[str, Any]:
+def fetch_container(cache_plan: CachePlan, settings: OperatorSettings, *, ports: bool = True) -> dict[str, Any]:
     """The container that runs ``ascend-llm fetch`` for the plan's request (``ports``: declare the
     progress port; an init container does not, its pod's main container declares that port)."""
 
-    assert plan.request is not None
-    return _fetch_container(plan.request, spec.model.token_secret_ref, settings, image, ports=ports)
+    assert cache_plan.request is not None
+    return _fetch_container(cache_plan.request, cache_plan.token, settings, ports=ports)
 
 
 def _fetch_container(request: FetchRequest, token: SecretKeyRef | None, settings: OperatorSettings,
-                     image: str, *, ports: bool = True) -> dict[str, Any]:
+                     *, ports: bool = True) -> dict[str, Any]:
+    # The operator's own fetch image, never spec.image: only code the administrator installed
+    # writes to the cache (a tenant's image could plant weights or a marker there).
     container: dict[str, Any] = {
         "name": FETCH_CONTAINER,
-        "image": image,
+        "image": settings.fetch_image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": ["ascend-llm", "fetch", "--request-json",
                     request.model_dump_json(by_alias=True, exclude_none=True)],
@@ -237,26 +272,27 @@ def pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
 
 
 def build_fetch_job(name: str, namespace: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings,
-                    plan: CachePlan, image: str) -> dict[str, Any] | None:
+                    cache_plan: CachePlan) -> dict[str, Any] | None:
     """The Job that fills the claim with the plan's snapshot; None when no Job is needed."""
 
-    if not plan.by_job:
+    if not cache_plan.by_job:
         return None
-    return _job(name, namespace, settings, plan, fetch_job_name(name, plan), COMPONENT_FETCH,
-                fetch_container(spec, plan, settings, image))
+    return _job(name, namespace, settings, cache_plan, fetch_job_name(name, cache_plan, settings),
+                component=COMPONENT_FETCH, container=fetch_container(cache_plan, settings))
 
 
-def build_adapter_fetch_job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan,
-                            fetch: AdapterFetch, image: str) -> dict[str, Any]:
+def build_adapter_fetch_job(name: str, namespace: str, settings: OperatorSettings, cache_plan: CachePlan,
+                            fetch: AdapterFetch) -> dict[str, Any]:
     """The Job that downloads one hub adapter repo and revision into the claim (next to the
     models, in the same layout); it is made whatever the model's download is doing."""
 
-    assert plan.claim_name is not None  # the CRD's rule: hub adapters need a claim cache
-    return _job(name, namespace, settings, plan, fetch.job_name(name), COMPONENT_ADAPTER_FETCH,
-                _fetch_container(fetch.request, fetch.token, settings, image))
+    assert cache_plan.claim_name is not None  # the CRD's rule: hub adapters need a claim cache
+    return _job(name, namespace, settings, cache_plan, fetch.job_name(name, settings, cache_plan.claim_name),
+                component=COMPONENT_ADAPTER_FETCH,
+                container=_fetch_container(fetch.request, fetch.token, settings))
 
 
-def _job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan, job_name: str,
+def _job(name: str, namespace: str, settings: OperatorSettings, cache_plan: CachePlan, job_name: str, *,
          component: str, container: dict[str, Any]) -> dict[str, Any]:
     labels = common_labels(name, component)
     return with_spec_hash({
@@ -278,7 +314,7 @@ def _job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan,
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [container],
-                    "volumes": [_volume(plan)],
+                    "volumes": [_volume(cache_plan, namespace, settings)],
                     "securityContext": pod_security_context(settings),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
@@ -288,13 +324,14 @@ def _job(name: str, namespace: str, settings: OperatorSettings, plan: CachePlan,
     })
 
 
-def serving_wiring(plan: CachePlan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def serving_wiring(cache_plan: CachePlan, namespace: str,
+                   settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Volumes and engine mounts of a serving pod: the snapshots read-only, compile caches writable."""
 
     mounts: list[dict[str, Any]] = []
-    if plan.request is not None or plan.lora:
+    if cache_plan.request is not None or cache_plan.lora:
         mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/models", "subPath": "models",
                        "readOnly": True})
-    if plan.cache.compile_cache:
+    if cache_plan.spec.compile_cache:
         mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/compile", "subPath": "compile"})
-    return [_volume(plan)], mounts
+    return [_volume(cache_plan, namespace, settings)], mounts

@@ -52,11 +52,11 @@ from ascend_operator.api import AscendLLMDeploymentSpec, Platform
 from ascend_operator.builders.adapters import ADAPTERS_SUBDIR, lora_enabled
 from ascend_operator.builders.adapters import adapter_volumes as adapter_volumes_of
 from ascend_operator.builders.common import CONFIG_HASH_ANNOTATION, common_labels
-from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, STATE_DIR, startup_budget
+from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, STATE_DIR
+from ascend_operator.builders.inputs import BuildInputs
 from ascend_operator.builders.modelcache import (
     CachePlan,
     fetch_container,
-    plan_cache,
     pod_security_context,
     serving_wiring,
 )
@@ -150,13 +150,15 @@ def _resources(spec: AscendLLMDeploymentSpec, resource_name: str | None, shm_siz
 
 
 def _model_wiring(
-    spec: AscendLLMDeploymentSpec, settings: OperatorSettings, plan: CachePlan | None = None
+    spec: AscendLLMDeploymentSpec, settings: OperatorSettings, cache_plan: CachePlan | None = None,
+    namespace: str = "",
 ) -> tuple[list[dict], list[dict], list[dict]]:
-    """Volumes, mounts and env for the model source and its cache."""
-    if plan is None:
+    """Volumes, mounts and env for the model source and its cache (``namespace``: the resource's,
+    for a hostPath cache's directory)."""
+    if cache_plan is None:
         return _source_wiring(spec, settings)
-    cache_volumes, cache_mounts = serving_wiring(plan)
-    if plan.request is not None:  # a hub model on the cache: the engine downloads nothing
+    cache_volumes, cache_mounts = serving_wiring(cache_plan, namespace, settings)
+    if cache_plan.request is not None:  # a hub model on the cache: the engine downloads nothing
         return cache_volumes, cache_mounts, []
     volumes, mounts, env = _source_wiring(spec, settings)
     return [*volumes, *cache_volumes], [*mounts, *cache_mounts], env
@@ -178,10 +180,10 @@ def _source_wiring(
     if model.host_path is not None:
         volume = {"name": "model", "hostPath": {"path": model.host_path.path, "type": "Directory"}}
         return [volume], [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True}], []
-    cache: dict[str, Any] = {}
+    empty_dir: dict[str, Any] = {}
     if settings.model_cache_size:
-        cache["sizeLimit"] = settings.model_cache_size
-    volumes = [{"name": "model-cache", "emptyDir": cache}]
+        empty_dir["sizeLimit"] = settings.model_cache_size
+    volumes = [{"name": "model-cache", "emptyDir": empty_dir}]
     mounts = [{"name": "model-cache", "mountPath": MODEL_CACHE_DIR}]
     if model.model_scope is not None:
         env: list[dict[str, Any]] = [
@@ -252,13 +254,7 @@ def termination_grace_seconds(
 
 
 def build_pod_template(
-    name: str,
-    names: ChildNames,
-    spec: AscendLLMDeploymentSpec,
-    settings: OperatorSettings,
-    config: EngineConfig,
-    config_hash: str,
-    image: str,
+    inputs: BuildInputs,
     *,
     extra_env: Sequence[Mapping[str, Any]] = (),
     extra_labels: Mapping[str, str] | None = None,
@@ -266,12 +262,14 @@ def build_pod_template(
     shm_size: str | None = None,
     default_scheduler_name: str | None = None,
 ) -> dict[str, Any]:
-    """The engine pod template (``metadata`` + ``spec``) of resource ``name``.
+    """The engine pod template (``metadata`` + ``spec``) of the resource.
 
     ``extra_env`` is appended to the container's env, ``extra_labels`` / ``extra_annotations``
     to the template's; ``shm_size`` overrides ``settings.shm_size``; ``default_scheduler_name``
     applies when ``spec.npu.schedulerName`` is unset.
     """
+    name, names, spec, settings = inputs.name, inputs.names, inputs.spec, inputs.settings
+    cache_plan = inputs.cache_plan
     cpu = spec.platform == Platform.CPU
     resource_name = npu_resource_name(spec, settings)
 
@@ -283,8 +281,7 @@ def build_pod_template(
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{resource_name}']"}},
             }
         )
-    plan = plan_cache(name, spec, settings)
-    model_volumes, model_mounts, model_env = _model_wiring(spec, settings, plan)
+    model_volumes, model_mounts, model_env = _model_wiring(spec, settings, cache_plan, inputs.meta.namespace)
     env.extend(model_env)
     env.extend(_engine_env_from(spec))
     env.extend(copy.deepcopy(dict(item)) for item in extra_env)
@@ -316,10 +313,10 @@ def build_pod_template(
             volumes.append({"name": volume_name, "hostPath": {"path": path, "type": kind}})
             mounts.append({"name": volume_name, "mountPath": path, "readOnly": True})
 
-    budget = startup_budget(spec, settings)
+    budget = inputs.budget
     container: dict[str, Any] = {
         "name": names.container,
-        "image": image,
+        "image": inputs.image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(ENGINE_COMMAND),
         "ports": [
@@ -363,12 +360,12 @@ def build_pod_template(
     pod_security = pod_security_context(settings)
     pod_spec: dict[str, Any] = {
         # hostPath caches: each node downloads once, before the engine starts (done at once later).
-        **({"initContainers": [fetch_container(spec, plan, settings, image, ports=False)]}
-           if plan is not None and plan.by_init_container else {}),
+        **({"initContainers": [fetch_container(cache_plan, settings, ports=False)]}
+           if cache_plan is not None and cache_plan.by_init_container else {}),
         "containers": [container],
         "volumes": volumes,
         "securityContext": pod_security,
-        "terminationGracePeriodSeconds": termination_grace_seconds(spec, settings, config),
+        "terminationGracePeriodSeconds": termination_grace_seconds(spec, settings, inputs.engine_config),
         # The runtime never talks to the API server; the operator reads its /state over HTTP.
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -389,6 +386,6 @@ def build_pod_template(
         pod_spec["schedulerName"] = scheduler_name
 
     labels = {**common_labels(name), **(extra_labels or {})}
-    annotations = {CONFIG_HASH_ANNOTATION: config_hash, **(extra_annotations or {})}
+    annotations = {CONFIG_HASH_ANNOTATION: inputs.config_hash, **(extra_annotations or {})}
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 

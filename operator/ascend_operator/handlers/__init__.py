@@ -3,9 +3,10 @@
 - :mod:`.handle_startup`: kopf settings, operator settings, the API connection, login, the queue.
 - :mod:`.handle_events`: watch events of the resources, their children and pods -> the queue.
 - :mod:`.handle_reconcile`: the level-based reconcile of one resource, run by the queue.
+- :mod:`.handle_modelcache`: the model cache's part of a reconcile pass (claim, fetch Jobs, retries).
 
 :class:`OperatorContext` is what the startup handler puts into kopf's operator-level memo
-(``memo.ascend``): the settings, the one API connection, the store of resource bodies, the
+(``memo.ascend``): the settings, the one API connection, the reader of the pods' own state, the store of resource bodies, the
 children and pods the reflectors show (the watch cache), what each resource's last full pass
 verified (:mod:`ascend_operator.passmemo`) and the work queue. kopf feeds the
 resources' events in; every reconcile runs from the queue, one at a time per resource, so no
@@ -20,6 +21,7 @@ import kopf
 
 from ascend_operator.k8s import Kube
 from ascend_operator.passmemo import PassMemo
+from ascend_operator.podreads import PodReader
 from ascend_operator.reflector import Reflectors
 from ascend_operator.settings import OperatorSettings
 from ascend_operator.store import ResourceStore
@@ -31,13 +33,15 @@ MEMO_KEY = "ascend"
 
 @dataclass
 class OperatorContext:
-    """The operator's settings, its API connection, the resource bodies, the watched children and
-    pods, and the work queue."""
+    """The operator's settings, its API connection, its pod reader, the resource bodies, the
+    watched children and pods, and the work queue."""
 
     settings: OperatorSettings
     kube: Kube
+    #: The pods' own /state and /progress (plain HTTP to the pod IPs, or the pod proxy).
+    pods: PodReader
     store: ResourceStore = field(default_factory=ResourceStore)
-    cache: WatchCache = field(default_factory=WatchCache)
+    watch_cache: WatchCache = field(default_factory=WatchCache)
     passes: PassMemo = field(default_factory=PassMemo)
     #: Set by the startup handler once the event loop runs (its worker needs this context).
     queue: WorkQueue | None = None

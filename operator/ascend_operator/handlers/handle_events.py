@@ -76,12 +76,12 @@ def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str,
     if not value or not namespace:
         return
     if event_type == "DELETED":
-        ctx.cache.remove(kind, namespace, name, _version(body))
-    elif event_type is None and ctx.cache.version(kind, namespace, name) == _version(body):
+        ctx.watch_cache.remove(kind, namespace, name, _version(body))
+    elif event_type is None and ctx.watch_cache.version(kind, namespace, name) == _version(body):
         return  # listed again, unchanged (a re-list after a dropped watch)
     else:
-        old = ctx.cache.get(kind, namespace, name, value) if kind in STATUS_UNREAD else None
-        if not ctx.cache.put(body) and kind and name:
+        old = ctx.watch_cache.get(kind, namespace, name, value) if kind in STATUS_UNREAD else None
+        if not ctx.watch_cache.put(body) and kind and name:
             return  # older than what the cache holds (our own write's answer came first)
         if event_type is not None and _status_only(old, body):
             return  # e.g. a PodDisruptionBudget counting pods: nothing to reconcile

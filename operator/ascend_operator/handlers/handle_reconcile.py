@@ -1,37 +1,10 @@
 """The level-based reconcile of one ``AscendLLMDeployment``, run by the work queue.
 
-Every trigger (the resource's own watch event, an event of a child or pod, the requeue timer)
-runs :func:`reconcile_key`, which compares the desired children with the live ones and writes
-only differences:
-
-1. parse the spec and check it against the administrator's policies and the LoRA guard
-   (:mod:`ascend_operator.lora`); an invalid one sets the ``InvalidSpec`` condition (and posts one Event per
-   new message), touches no child, and is not retried (the user's next edit is a new event); the
-   guard's warnings go into the ``LoraWarning`` condition;
-2. ask what the cluster serves (discovery, cached for ``discovery_ttl_s``): it picks the
-   autoscaler (``choose_autoscaler``), says whether a multi-node spec can have its
-   LeaderWorkerSet (``lws_missing``) and whether ``spec.routing`` can have its pool and route
-   (``routing_missing``: when not, no routing child is made, and the Routing condition says why);
-3. read the hub LoRA adapters' fetch Jobs from the watches (``handle_cache.observe_adapters``):
-   an adapter enters the adapters ConfigMap once its Job has completed (or while the live
-   ConfigMap already lists it at the same path);
-4. unless the pass memo (:mod:`ascend_operator.passmemo`) shows that neither the build's inputs
-   nor any child changed since a full pass found every child as built: build the children (pure
-   builders), add the owner reference (this resource, controller), and ensure each child in
-   order, compared with the live one as the watches show it
-   (``watchcache``; read from the API server only when the watches show none): server-side
-   apply when missing, changed or drifted (``k8s.Kube.ensure``), then delete the children of
-   kinds no longer desired. A child the API
-   server refuses stops the pass: the children after it (which may depend on it) are left as
-   they were, the server's message goes into ``Progressing`` (reason ``ChildRefused``) with a
-   Warning Event, and the queue retries with backoff;
-5. take the pods from the watches, read their runtime states, the workload's own conditions (a ReplicaSet that cannot
-   create pods: no PriorityClass, quota, admission) and the autoscaler's HPA, compute the status,
-   post Events for transitions, and patch the status only when it differs from the server's.
-
-The next run is due after ``progress_poll_interval_s`` while a replica starts or the model or
-a hub adapter downloads (neither shows in API objects), else after ``resync_interval_s``, or
-sooner when a failed fetch Job's retry is due (``handle_cache``).
+Every trigger (the resource's watch event, a child's or pod's event, the requeue timer) runs
+:func:`reconcile_key`: it checks the spec, builds the desired children from one set of inputs
+(:class:`ascend_operator.builders.BuildInputs`), writes only the children that differ from the
+live ones the watches show, and patches the status when it differs from the server's. The steps
+of a pass and when the next one is due: ``docs/operator.md`` ("The reconcile pass").
 """
 
 from __future__ import annotations
@@ -43,9 +16,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import kopf
-import yaml
 from ascend_runtime.cachelayout import FetchPhase
-from ascend_runtime.config import ADAPTERS_FILE_KEY, ConfigError, GraphMode, parse_adapter_set
+from ascend_runtime.config import GraphMode
 
 from ascend_operator.api import AscendLLMDeploymentSpec, Phase, Platform, SpecError, parse_spec
 from ascend_operator.builders import (
@@ -54,19 +26,21 @@ from ascend_operator.builders import (
     BuildMeta,
     Children,
     ChildrenSummary,
-    Observed,
+    Remembered,
     build_children,
     choose_autoscaler,
     endpoint_url,
     lws_missing,
+    make_plans,
     routing_missing,
     selector_labels,
     selector_string,
 )
-from ascend_operator.builders.modelcache import CachePlan, fetch_job_name, plan_adapter_fetches, plan_cache
+from ascend_operator.builders.adapters import served_adapters
+from ascend_operator.builders.modelcache import CachePlan, fetch_job_name
 from ascend_operator.builders.routing import RoutingNames, resolve_gateway, routing_enabled
 from ascend_operator.cachestatus import AdapterDownload, CacheObservation
-from ascend_operator.handlers import OperatorContext, handle_cache
+from ascend_operator.handlers import OperatorContext, handle_modelcache
 from ascend_operator.k8s import (
     CHILD_KINDS,
     CONFIGMAP,
@@ -99,14 +73,14 @@ def _now() -> datetime:
     return datetime.now(tz=timezone.utc)
 
 
-def _remembered(status: Mapping[str, Any]) -> Observed:
+def _remembered(status: Mapping[str, Any]) -> Remembered:
     graph = status.get("graph") or {}
     mode = graph.get("rememberedMode")
     try:
         remembered = GraphMode(mode) if mode else None
     except ValueError:
         remembered = None  # a mode this operator does not know; start from the top instead
-    return Observed(remembered_mode=remembered, remembered_for=graph.get("rememberedFor"))
+    return Remembered(remembered_mode=remembered, remembered_for=graph.get("rememberedFor"))
 
 
 #: KEDA names the HPA it makes for a ScaledObject ``keda-hpa-<ScaledObject name>`` (unless the
@@ -149,7 +123,7 @@ async def _autoscaling(ctx: OperatorContext, namespace: str, label: str, spec: A
         hpa_name = KEDA_HPA_PREFIX + name
     hpa = None
     if children.autoscaler == "hpa":  # our own child: the watches show it
-        hpa = ctx.cache.get(HPA.kind, namespace, names.hpa, label)
+        hpa = ctx.watch_cache.get(HPA.kind, namespace, names.hpa, label)
     if hpa is None and hpa_name:  # KEDA's HPA carries no label of ours
         hpa = await ctx.kube.read(HPA, namespace, hpa_name)
     return AutoscalingObservation(
@@ -171,7 +145,7 @@ async def _routing(ctx: OperatorContext, name: str, namespace: str, label: str, 
     shown = f"{gateway.namespace or namespace}/{gateway.name}" if gateway is not None else None
     pool = None if missing else await ctx.kube.read(INFERENCE_POOL, namespace, names.pool)
     if pool is not None:
-        ctx.cache.put(pool)
+        ctx.watch_cache.put(pool)
     versions = sorted({state.versions.get("vllm") for state in states.values()
                        if state is not None and state.versions.get("vllm")})
     return RoutingObservation(pool_name=names.pool, epp_name=names.epp, route_name=names.route if gateway else None,
@@ -199,7 +173,7 @@ class ChildrenPass:
     conflict, the refusal that stopped the pass, and whether every child was as built."""
 
     workload: Mapping[str, Any] | None = None
-    cache: CacheObservation | None = None
+    model_cache: CacheObservation | None = None
     conflicts: list[str] = field(default_factory=list)
     refused: ChildRefused | None = None
     verified: bool = False
@@ -215,7 +189,7 @@ class PassResult:
 
 async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                     log: logging.Logger | logging.LoggerAdapter[Any]) -> PassResult | None:
-    """Reconcile one resource (see the module docstring); safe to run any number of times.
+    """Reconcile one resource (docs/operator.md, "The reconcile pass"); safe to run any number of times.
     Returns the phase written (``None`` for a refused spec)."""
 
     meta = body["metadata"]
@@ -227,10 +201,11 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     try:
         spec = parse_spec(body.get("spec") or {})
         enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
-        plan_cache(name, spec, ctx.settings)  # a repo id or revision the cache cannot store
-        fetches = plan_adapter_fetches(spec, ctx.settings)  # the same for the hub adapters
+        # The model cache's plan and the hub adapters' downloads, once a pass; each refuses a repo
+        # id or revision the cache cannot store.
+        plans = make_plans(name, spec, ctx.settings)
         # What the CRD cannot see (the resource name, the image); the warnings go to LoraWarning.
-        warnings = enforce_lora(name, spec, ctx.settings)
+        warnings = enforce_lora(name, spec, ctx.settings, plans.cache_plan)
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))
@@ -243,46 +218,51 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     annotations = dict((body.get("metadata") or {}).get("annotations") or {})
     meta = BuildMeta(name, namespace, generation, annotations=annotations)
     label = label_value(name)
-    plan = plan_cache(name, spec, ctx.settings)
+    cache_plan = plans.cache_plan
     # The hub adapters' downloads before the build: a completed one puts its adapters in the ConfigMap.
-    downloads = await handle_cache.observe_adapters(ctx, name, namespace, label, fetches, now)
+    downloads = await handle_modelcache.observe_adapters(
+        ctx, name, namespace, label, plans.adapter_fetches, now,
+        claim_name=cache_plan.claim_name if cache_plan is not None else None)
+    completed_before = (previous.get("modelCache") or {}).get("completedRequest")
     names = ChildNames.for_resource(name)
-    observed = replace(
+    remembered = replace(
         _remembered(previous),
         adapter_jobs_complete=frozenset(d.job for d in downloads if d.state.phase == FetchPhase.COMPLETE),
-        adapters_served=_adapters_served(ctx, namespace, label, names.adapters),
+        adapters_served=served_adapters(ctx.watch_cache.get(CONFIGMAP.kind, namespace, names.adapters, label)),
     )
     # All engine pods of the resource (multi-node: leaders and workers; the status groups them).
     # status.selector (the scale subresource's) is narrower: one pod per replica.
-    pods = ctx.cache.pods(namespace, label, selector_labels(name))
+    pods = ctx.watch_cache.pods(namespace, label, selector_labels(name))
     key = key_of(namespace, name)
     # Nothing to apply or delete when neither the build's inputs nor a child changed since a full
     # pass found every child as built (ascend_operator.passmemo); a model cache's or hub adapters'
     # passes observe Jobs and claims, so they are always full.
-    inputs = (inputs_digest(body, observed, (choice.kind, missing_lws, missing_routing), ctx.settings)
-              if plan is None and not fetches else None)
-    marks = children_marks(ctx.cache, CHILD_KINDS, namespace, label) if inputs is not None else 0
-    summary = ctx.passes.unchanged(key, inputs, marks) if inputs is not None else None
+    digest = (inputs_digest(body, remembered, (choice.kind, missing_lws, missing_routing), ctx.settings)
+              if cache_plan is None and not plans.adapter_fetches else None)
+    marks = children_marks(ctx.watch_cache, CHILD_KINDS, namespace, label) if digest is not None else 0
+    summary = ctx.passes.unchanged(key, digest, marks) if digest is not None else None
     if summary is not None:
-        found = ChildrenPass(workload=ctx.cache.get(summary.workload_kind, namespace, summary.workload_name, label),
+        found = ChildrenPass(workload=ctx.watch_cache.get(summary.workload_kind, namespace, summary.workload_name, label),
                              verified=True)
     else:
-        children = build_children(meta, spec, ctx.settings, observed, autoscaler=choice.kind,
-                                  routing=missing_routing is None)
+        children = build_children(meta, spec, ctx.settings, remembered, autoscaler=choice.kind,
+                                  routing=missing_routing is None, plans=plans)
         summary = children.summary()
-        ensured = await _ensure_children(ctx, body, children, plan, pods, missing_lws, log, now)
+        ensured = await _ensure_children(ctx, body, children, cache_plan, pods, missing_lws, log, now)
         if ensured is None:
             return None
         found = ensured
-        if inputs is not None and found.verified:
-            ctx.passes.record(key, inputs, marks, summary, ctx.settings)
+        if digest is not None and found.verified:
+            ctx.passes.record(key, digest, marks, summary, ctx.settings)
         else:
             ctx.passes.forget(key)
-    cache, refused = found.cache, found.refused
-    if plan is not None and cache is None:  # no Job, or the pass stopped before it
-        job = ctx.cache.get(JOB.kind, namespace, fetch_job_name(name, plan), label) if plan.by_job else None
-        cache = await handle_cache.observe(ctx, name, namespace, label, plan, job, pods, now)
-    states = await ctx.kube.read_states(namespace, pods)
+    model_cache, refused = found.model_cache, found.refused
+    if cache_plan is not None and model_cache is None:  # no Job, or the pass stopped before it
+        job = (ctx.watch_cache.get(JOB.kind, namespace, fetch_job_name(name, cache_plan, ctx.settings), label)
+               if cache_plan.by_job else None)
+        model_cache = await handle_modelcache.observe(ctx, name, namespace, label, cache_plan, job, pods, now,
+                                                      completed_before)
+    states = await ctx.pods.read_states(namespace, pods)
     observation = Observation(
         name=name,
         generation=generation,
@@ -302,7 +282,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         lws_missing=missing_lws,
         refused=str(refused) if refused is not None else None,
         workload=found.workload,
-        cache=cache,
+        cache=model_cache,
         adapter_downloads=downloads,
         lora_warnings=tuple(warnings),
     )
@@ -310,14 +290,15 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     await _publish(ctx, body, status)
     if refused is not None:
         raise refused  # retried with backoff; the status already says why
-    return PassResult(Phase(status["phase"]), _due(ctx, cache, downloads))
+    return PassResult(Phase(status["phase"]), _due(ctx, model_cache, downloads))
 
 
-async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], children: Children, plan: CachePlan | None,
+async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], children: Children,
+                           cache_plan: CachePlan | None,
                            pods: Sequence[Mapping[str, Any]], missing_lws: str | None,
                            log: logging.Logger | logging.LoggerAdapter[Any], now: datetime) -> ChildrenPass | None:
-    """Ensure each child in order, then delete those no longer desired (steps 3 and 4 of the
-    module docstring); ``None`` when the namespace is being deleted."""
+    """Ensure each child in order, then delete those no longer desired (step 4 of
+    docs/operator.md, "The reconcile pass"); ``None`` when the namespace is being deleted."""
 
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
@@ -332,17 +313,17 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
     for child in [children.cache_claim, *desired]:  # in order: what pods mount exists first
         if child is None:
             continue
-        if child is children.workload and found.cache is not None and found.cache.held_back:
+        if child is children.workload and found.model_cache is not None and found.model_cache.held_back:
             # New pods start only from a complete cache; pods already running stay as they are.
-            found.workload = ctx.cache.get(workload_kind, namespace, child["metadata"]["name"], label)
+            found.workload = ctx.watch_cache.get(workload_kind, namespace, child["metadata"]["name"], label)
             changed = True
             continue
         try:
             if child is children.cache_claim:  # not watched: ensure_claim reads it
-                result = await handle_cache.ensure_claim(ctx, body, children, label)
+                result = await handle_modelcache.ensure_claim(ctx, body, children, label)
                 assert result is not None
             else:
-                known = ctx.cache.get(child["kind"], namespace, child["metadata"]["name"], label)
+                known = ctx.watch_cache.get(child["kind"], namespace, child["metadata"]["name"], label)
                 result = await ctx.kube.ensure(child, uid, known)
         except NamespaceTerminating:
             # The namespace (and so this resource) is going: a child deleted by it is not
@@ -361,46 +342,34 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
         if result.outcome != Outcome.UNCHANGED:
             changed = True
             if result.live is not None and child is not children.cache_claim:  # claims are not watched
-                ctx.cache.put(result.live)
+                ctx.watch_cache.put(result.live)
             log.info("%s/%s: %s %s %s %s", namespace, name, result.outcome.value, result.kind, result.name,
                      result.detail)
         if result.kind == workload_kind:
             found.workload = result.live
-        if child is children.fetch_job and plan is not None:
-            found.cache = await handle_cache.observe(ctx, name, namespace, label, plan, result.live, pods, now)
+        if child is children.fetch_job and cache_plan is not None:
+            found.model_cache = await handle_modelcache.observe(
+                ctx, name, namespace, label, cache_plan, result.live, pods, now,
+                ((body.get("status") or {}).get("modelCache") or {}).get("completedRequest"))
 
     if found.refused is None:
         for kind in CHILD_KINDS:
             keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
-            present = ctx.cache.objects(kind.kind, namespace, label)
+            present = ctx.watch_cache.objects(kind.kind, namespace, label)
             for gone in await ctx.kube.prune(kind, namespace, present, uid, keep):
                 changed = True
-                ctx.cache.remove(kind.kind, namespace, gone)
+                ctx.watch_cache.remove(kind.kind, namespace, gone)
                 log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
     found.verified = not (changed or found.conflicts or found.refused)
     return found
 
 
-def _due(ctx: OperatorContext, cache: CacheObservation | None,
+def _due(ctx: OperatorContext, model_cache: CacheObservation | None,
          downloads: Sequence[AdapterDownload]) -> float | None:
     """Seconds until a failed fetch Job's retry, or the progress poll while an adapter downloads
     (its bytes show in no API object); None when nothing is due."""
 
-    due = [d.retry_in_s for d in (cache, *downloads) if d is not None and d.retry_in_s is not None]
+    due = [d.retry_in_s for d in (model_cache, *downloads) if d is not None and d.retry_in_s is not None]
     if any(d.state.phase in (FetchPhase.PENDING, FetchPhase.DOWNLOADING) for d in downloads):
         due.append(ctx.settings.progress_poll_interval_s)
     return min(due) if due else None
-
-
-def _adapters_served(ctx: OperatorContext, namespace: str, label: str, configmap: str) -> dict[str, str]:
-    """Adapter name -> path as the live adapters ConfigMap lists them (empty when there is none,
-    or it cannot be read)."""
-
-    live = ctx.cache.get(CONFIGMAP.kind, namespace, configmap, label)
-    text = ((live or {}).get("data") or {}).get(ADAPTERS_FILE_KEY)
-    if not text:
-        return {}
-    try:
-        return parse_adapter_set(yaml.safe_load(text)).paths()
-    except (yaml.YAMLError, ConfigError):
-        return {}

@@ -22,6 +22,7 @@ from ascend_operator.api import GROUP
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_events, handle_reconcile
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
 from ascend_operator.leader import LeaderElector, LeaseTiming, own_namespace
+from ascend_operator.podreads import PodReader
 from ascend_operator.reflector import Reflector, Reflectors, ReflectorTiming, scopes
 from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
@@ -129,12 +130,13 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
 
     # One pooled connection per worker thread: no request waits for, or discards, a connection.
     workers = ops.max_concurrent_reconciles * 2
+    kube = Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify,
+                        pool_size=workers),
+                field_manager=ops.field_manager, workers=workers)
     ctx = OperatorContext(
-        settings=ops,
-        kube=Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify,
-                          pool_size=workers),
-                  field_manager=ops.field_manager, state_timeout_s=ops.status_read_timeout_s,
-                  state_via_proxy=ops.state_read_mode() == StateRead.PROXY, workers=workers),
+        settings=ops, kube=kube,
+        pods=PodReader(kube, timeout_s=ops.status_read_timeout_s,
+                       via_proxy=ops.state_read_mode() == StateRead.PROXY),
     )
     ctx.queue = WorkQueue(
         lambda key: handle_reconcile.reconcile_key(ctx, key),
@@ -166,7 +168,7 @@ def reflectors(ctx: OperatorContext) -> Reflectors:
 
     timing = ReflectorTiming(server_timeout_s=WATCH_SERVER_TIMEOUT_S, client_grace_s=WATCH_CLIENT_TIMEOUT_S - WATCH_SERVER_TIMEOUT_S,
                              connect_timeout_s=CONNECT_TIMEOUT_S, page=LIST_PAGE)
-    return Reflectors([Reflector(scope, ctx.kube, ctx.cache, sink, timing)
+    return Reflectors([Reflector(scope, ctx.kube, ctx.watch_cache, sink, timing)
                        for scope in scopes(WATCHED_KINDS, ctx.settings.namespaces)])
 
 
@@ -177,7 +179,7 @@ async def prefill(ctx: OperatorContext, logger: logging.Logger) -> None:
 
     ctx.reflectors = reflectors(ctx)
     await ctx.reflectors.list_all()
-    logger.info("watch cache filled: %d children and pods", len(ctx.cache))
+    logger.info("watch cache filled: %d children and pods", len(ctx.watch_cache))
     ctx.reflectors.start()
 
 

