@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from runtime_harness import is_ready
 
+#: A refusal is instant and the runtime then exits: an engine that ignores SIGTERM keeps it up for
+#: its stop grace (2 s), so the test reads /state before the exit (else a race with the poll).
+SLOW_STOP = {"FAKE_ENGINE_IGNORE_SIGTERM": "1"}
+
 
 def test_a_user_prompt_beyond_the_models_own_length_fails_the_start_with_the_reason(runtime_factory):
     runtime = runtime_factory({"runtime": {"restart": {"maxRestarts": 0}},
                                "warmup": {"promptLengths": [16, 1024], "concurrency": [1]}},
-                              {"FAKE_ENGINE_MAX_MODEL_LEN": "512"})
+                              {"FAKE_ENGINE_MAX_MODEL_LEN": "512", **SLOW_STOP})
     state = runtime.wait_for(lambda s: s["warmup"]["outcome"] == "failed", 60, "the warmup refused")
     reason = state["warmup"]["reason"]
     assert "warmup.promptLengths [1024]" in reason and "max model length 512" in reason, reason
@@ -30,7 +34,7 @@ def test_a_user_prompt_beyond_the_models_own_length_fails_the_start_with_the_rea
 def test_concurrency_above_a_limit_set_in_extra_args_fails_the_start(runtime_factory):
     runtime = runtime_factory({"runtime": {"restart": {"maxRestarts": 0}},
                                "engine": {"maxNumSeqs": 64, "extraArgs": ["--max-num-seqs=4"]},
-                               "warmup": {"promptLengths": [16], "concurrency": [1, 8]}}, {})
+                               "warmup": {"promptLengths": [16], "concurrency": [1, 8]}}, SLOW_STOP)
     state = runtime.wait_for(lambda s: s["warmup"]["outcome"] == "failed", 60, "the warmup refused")
     assert "warmup.concurrency [8]" in state["warmup"]["reason"]
     assert "max concurrent sequences 4" in state["warmup"]["reason"]
