@@ -26,8 +26,9 @@ kwok (the fake kubelet, also a non-system client) writes: nodes, leases and pods
 only the operator and kwok run, so the count is the operator's. The same clients' reads (GET,
 LIST) in the idle window are reported too: they show that the resyncs ran.
 
-Exit status 0 when every target holds, 1 with the reasons otherwise, 2 when the run could not be
-made. The pure parts (``parse_requests``, ``request_delta``, ``idle_since``, ``lag_stats``,
+Exit status 0 when every target holds, 1 with the reasons when one fails, 3 when none fails but
+a ratio target is inconclusive (its rounds' range straddles the target, or one round has no
+spread: bench/verdict.py), 2 when the run could not be made. The pure parts (``parse_requests``, ``request_delta``, ``idle_since``, ``lag_stats``,
 ``evaluate``, ``format_table``) are tested in tests/unit/test_operator_scale_bench.py.
 """
 
@@ -60,6 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 # The same percentile as the other benchmarks', beside this file (run as a script or loaded by path).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import percentile  # noqa: E402
+from verdict import Direction, Outcome, judge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "llm.ascend.dev_ascendllmdeployments.yaml"
@@ -229,8 +231,12 @@ def evaluate(ours: OperatorResult, minimal: OperatorResult | None,
             detail = "; ".join(f"{value:.1f} s vs {base:.1f} s" for value, base in zip(values, bases, strict=True))
             if len(ratios) > 1:
                 detail = f"median of {len(ratios)} rounds ({', '.join(f'{r:.2f}' for r in ratios)}): {detail}"
+            # Judged on the rounds' range, not the median (bench/verdict.py): inconclusive is None.
+            verdict = judge(ratios, CONVERGE_RATIO_MAX, Direction.AT_MOST)
+            passed = {Outcome.MET: True, Outcome.MISSED: False}.get(verdict.outcome)
+            detail = f"{verdict.outcome.value}: {verdict.reason}; {detail}"
             targets.append(Target(f"{label} / {yardstick}", round(ratio, 3), f"<= {CONVERGE_RATIO_MAX}x",
-                                  ratio <= CONVERGE_RATIO_MAX, detail))
+                                  passed, detail))
     peak = max((v for v in (ours.rss_peak_mb, ours.rss_restart_peak_mb) if v is not None), default=None)
     targets.append(Target("peak RSS (MB)", peak, f"<= {RSS_MAX_MB:g} at N=1000",
                           None if peak is None else peak <= RSS_MAX_MB,
@@ -307,8 +313,12 @@ def format_rounds(rounds: Sequence[Mapping[str, OperatorResult]]) -> str:
 
 
 def format_targets(targets: Sequence[Target]) -> str:
-    mark = {True: "pass", False: "FAIL", None: "not measured"}
-    return "\n".join(f"- {mark[t.passed]}: {t.name} = {_fmt(t.value, 3)} (target {t.limit})"
+    def mark(target: Target) -> str:
+        if target.passed is None:  # a measured value left undecided by its spread
+            return "not measured" if target.value is None else "inconclusive"
+        return "pass" if target.passed else "FAIL"
+
+    return "\n".join(f"- {mark(t)}: {t.name} = {_fmt(t.value, 3)} (target {t.limit})"
                      + (f"; {t.detail}" if t.detail else "") for t in targets)
 
 
@@ -1095,6 +1105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nTargets (the project's operator):\n" + format_targets(targets))
     if failed:
         print("\nFAILED:\n" + "\n".join(f"- {reason}" for reason in failed))
+    undecided = [f"{t.name}: {t.detail}" for t in targets if t.passed is None and t.value is not None]
+    if undecided:
+        print("\nINCONCLUSIVE (the rounds' spread straddles the target; run more --rounds):\n"
+              + "\n".join(f"- {reason}" for reason in undecided))
     if args.out:
         report = {
             "count": args.count, "resync_interval_s": args.resync_interval, "workers": args.workers,
@@ -1107,10 +1121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "rounds": [{name: {"converge_children_s": r.converge_children_s, "converge_status_s": r.converge_status_s,
                                "converge_writes": r.converge_writes, "errors": r.errors}
                         for name, r in one.items()} for one in [results, *rounds]],
-            "targets": [asdict(target) for target in targets], "failures": failed, "passed": not failed,
+            "targets": [asdict(target) for target in targets], "failures": failed,
+            "inconclusive": undecided, "passed": not failed and not undecided,
         }
         args.out.write_text(json.dumps(report, indent=2) + "\n")
-    return 1 if failed else 0
+    return 1 if failed else 3 if undecided else 0
 
 
 if __name__ == "__main__":

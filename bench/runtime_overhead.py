@@ -11,8 +11,9 @@ empty compile cache (``VLLM_CACHE_ROOT`` and ``TMPDIR``), so every start is a co
    (auto: PIECEWISE, torch.compile, on CPU). Launch to ``/health`` 200 is the bare start.
 2. **runtime graph + warmup**: ``python -m ascend_runtime.cli run --config`` on the same config.
    Launch to Ready, the warmup's own seconds (``/state`` ``warmup.seconds``) and, polled by this
-   script, the moment its engine first answers ``/health``. Then the first user requests (one per
-   prompt length) and warm repeats.
+   script, the moment its engine first answers ``/health``. The config lists no warmup lengths
+   or levels: the runtime derives its plan from the engine's configuration. Then the first
+   waves (one per prompt length and batch size), each followed by its warm repeats.
 3. Throughput, with both engines up: closed-loop rounds (N requests x M tokens, ``ignore_eos``,
    concurrency C) alternating bare, runtime, runtime, bare, ... after one unmeasured round each.
 4. **runtime graph, warmup off**: first user requests again, to show what warmup buys.
@@ -24,8 +25,10 @@ empty compile cache (``VLLM_CACHE_ROOT`` and ``TMPDIR``), so every start is a co
 Figures: req/s and output tokens/s, runtime/bare ratio per adjacent pair (median and spread);
 the runtime's start-up overhead = Ready - (bare start + warmup seconds), both across the two
 separate starts (noisy: engine start varies by tens of seconds here) and inside the runtime's own
-start (its engine's ``/health`` seen by this script; exact); first request latency / warm median
-per prompt length, with and without warmup; fallback time against a plain eager cold start.
+start (its engine's ``/health`` seen by this script; exact); first wave latency / warm median
+per prompt length and batch size (and its range over the warm waves), with and without warmup;
+fallback time against a plain eager cold start. Goals are judged on ranges by bench/verdict.py:
+met, MISSED or inconclusive, with the reason.
 
 Every loop is bounded (start deadlines, request timeouts, fixed counts); only loopback addresses
 are used; every process started here is stopped (SIGTERM, then SIGKILL of its process group, and
@@ -82,7 +85,7 @@ RUNTIME_STOP_S = 60.0
 ENGINE_STOP_S = 30.0
 #: Goals from the issue.
 GOAL_THROUGHPUT_RATIO = 0.99
-GOAL_FIRST_REQUEST_RATIO = 1.5
+GOAL_FIRST_REQUEST_RATIO = 1.3
 
 
 class BenchError(RuntimeError):
@@ -96,6 +99,7 @@ class BenchError(RuntimeError):
 # The same percentile as the load generator's, beside this file (run as a script or loaded by path).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import percentile  # noqa: E402
+from verdict import Direction, Outcome, Verdict, combine, format_verdicts, judge_range  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -257,27 +261,46 @@ class LengthStats:
     first_s: float
     warm_median_s: float | None
     ratio: float | None
+    batch: int = 1
+    #: first / slowest warm and first / fastest warm: the ratio's range over the warm spread.
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    warm_n: int = 0
 
 
-def first_request_stats(first: Sequence[tuple[int, float]], warm: Mapping[int, Sequence[float]]) -> list[LengthStats]:
-    """Per prompt length: the first request's latency, the warm median and their ratio.
+def first_request_stats(first: Sequence[tuple[int, int, float]], warm: Mapping[tuple[int, int], Sequence[float]]
+                        ) -> list[LengthStats]:
+    """Per (prompt length, batch size): the first wave's latency, the warm median, their ratio and range.
 
     ``first`` is in sending order (the first entry is the very first request after Ready).
     """
 
     out = []
-    for length, seconds in first:
-        median = percentile(list(warm.get(length, ())), 50)
-        out.append(LengthStats(length, seconds, median, None if not median else seconds / median))
+    for length, batch, seconds in first:
+        times = list(warm.get((length, batch), ()))
+        median = percentile(times, 50)
+        low = seconds / max(times) if times and max(times) > 0 else None
+        high = seconds / min(times) if times and min(times) > 0 else None
+        out.append(LengthStats(length, seconds, median, None if not median else seconds / median, batch, low, high,
+                               len(times)))
     return out
 
 
 def bench_config(model_dir: Path, work_dir: Path, engine_port: int, runtime_port: int,
                  engine_command: Sequence[str], cpus: int, *, policy: str = "auto", warmup: bool = True, max_num_seqs: int = 8,
-                 warmup_lengths: Sequence[int] = (16, 128, 480), warmup_concurrency: Sequence[int] = (1, 8)
+                 warmup_lengths: Sequence[int] | None = None, warmup_concurrency: Sequence[int] | None = None
                  ) -> dict[str, Any]:
-    """The engine config of one start: the CPU settings that work here, a cache of its own."""
+    """The engine config of one start: the CPU settings that work here, a cache of its own.
 
+    Without ``warmup_lengths`` / ``warmup_concurrency`` the runtime derives its warmup plan from
+    the engine's configuration (ascend_runtime.warmup.derived_plan), as a pod does by default.
+    """
+
+    warm: dict[str, Any] = {"enabled": warmup, "maxTokens": 8, "chat": True, "timeoutS": 300}
+    if warmup_lengths is not None:
+        warm["promptLengths"] = list(warmup_lengths)
+    if warmup_concurrency is not None:
+        warm["concurrency"] = list(warmup_concurrency)
     return {
         "schemaVersion": 1,
         "name": "overhead-bench",
@@ -294,8 +317,7 @@ def bench_config(model_dir: Path, work_dir: Path, engine_port: int, runtime_port
             },
         },
         "graph": {"policy": policy},
-        "warmup": {"enabled": warmup, "promptLengths": list(warmup_lengths),
-                   "concurrency": list(warmup_concurrency), "maxTokens": 8, "chat": True, "timeoutS": 300},
+        "warmup": warm,
         "runtime": {"host": LOOPBACK, "port": runtime_port, "readyTimeoutS": 600, "preflight": False,
                     "restart": {"maxRestarts": 0}},
     }
@@ -364,13 +386,17 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append("")
     fr = report.get("firstRequest")
     if fr:
-        lines += [("First request after ready (one per prompt length, in this order) vs the warm median "
-                   "of the same length"), "",
-                  "| start | warmup | first request (s) / warm median (s) = ratio, per prompt length | very first |",
-                  "|---|---|---|---|"]
+        lines += [("First wave after ready (batch concurrent requests per prompt length, in this order; a "
+                   "wave's time is its slowest request) vs the warm median of the same length and batch, "
+                   "with the ratio's range over the warm samples"), "",
+                  "| start | warmup | first (s) / warm median (s) = ratio (range), per prompt length x batch | "
+                  "very first |", "|---|---|---|---|"]
         for entry in fr:
-            cells = "; ".join(f"{item['prompt_tokens']} tok: {item['first_s']:.3f} / {_f(item['warm_median_s'], 3)} "
-                              f"= **{_f(item['ratio'], 2)}x**" for item in entry["lengths"])
+            cells = "; ".join(f"{item['prompt_tokens']} tok x{item.get('batch', 1)}: {item['first_s']:.3f} / "
+                              f"{_f(item['warm_median_s'], 3)} = **{_f(item['ratio'], 2)}x**"
+                              + (f" ({_f(item['ratio_low'], 2)}-{_f(item['ratio_high'], 2)})"
+                                 if item.get("ratio_low") is not None else "")
+                              for item in entry["lengths"])
             very = entry["lengths"][0]["ratio"] if entry["lengths"] else None
             lines.append(f"| {entry['start']} ({entry['mode']}) | {entry['warmup']} | {cells} | {_f(very, 2)}x |")
         lines.append("")
@@ -391,25 +417,38 @@ def format_report(report: Mapping[str, Any]) -> str:
         lines.append(f"| ratio (failure line to eager /health) / bare eager start | {_f(fb['ratioHealth'], 2)} |")
         lines.append(f"| total launch to Ready with the failed graph attempt | {_f(fb['totalReadyS'], 1)} |")
         lines.append("")
-    goals = report.get("goals")
-    if goals:
-        lines += ["Goals: " + "; ".join(f"{name} {'met' if ok else 'MISSED'}" for name, ok in goals.items())]
+    verdicts = goals(report)
+    if verdicts:
+        lines.append(format_verdicts(verdicts.items()))
     return "\n".join(lines)
 
 
-def goals(report: Mapping[str, Any]) -> dict[str, bool]:
-    """Which of the issue's goals the figures meet (only for figures that were measured)."""
+def goals(report: Mapping[str, Any]) -> dict[str, Verdict]:
+    """The issue's goals over the figures that were measured, each judged on its spread (bench/verdict.py).
 
-    out: dict[str, bool] = {}
+    Throughput: the per-pair runtime/bare ratios' min-max against >= 0.99. First request: per
+    prompt length and batch size, first / warm over the warm samples' min-max (first / slowest
+    warm to first / fastest warm) against <= 1.3, every cell of a warmed runtime start combined.
+    """
+
+    out: dict[str, Verdict] = {}
     tp = report.get("throughput")
     if tp and tp["ratio"]["tokPerS"]:
-        out[f"throughput ratio >= {GOAL_THROUGHPUT_RATIO}"] = tp["ratio"]["tokPerS"]["median"] >= GOAL_THROUGHPUT_RATIO
+        ratio = tp["ratio"]["tokPerS"]
+        out[f"throughput ratio >= {GOAL_THROUGHPUT_RATIO}"] = judge_range(
+            ratio["low"], ratio["high"], ratio["n"], GOAL_THROUGHPUT_RATIO, Direction.AT_LEAST)
     for entry in report.get("firstRequest") or []:
-        if entry["warmup"] == "on" and entry["kind"] == "runtime":
-            ratios = [item["ratio"] for item in entry["lengths"] if item["ratio"] is not None]
-            if ratios:
-                out[f"first request <= {GOAL_FIRST_REQUEST_RATIO}x warm ({entry['start']})"] = (
-                    max(ratios) <= GOAL_FIRST_REQUEST_RATIO)
+        if entry["warmup"] == "on" and entry["kind"] == "runtime" and entry["lengths"]:
+            cells = []
+            for item in entry["lengths"]:
+                name = f"{item['prompt_tokens']} tok x{item.get('batch', 1)}"
+                low, high = item.get("ratio_low"), item.get("ratio_high")
+                if low is None or high is None:  # a report from before the warm range was kept
+                    cells.append((name, Verdict(Outcome.INCONCLUSIVE, "no warm range recorded")))
+                    continue
+                cells.append((name, judge_range(low, high, item.get("warm_n", 0), GOAL_FIRST_REQUEST_RATIO,
+                                                Direction.AT_MOST)))
+            out[f"first request <= {GOAL_FIRST_REQUEST_RATIO}x warm ({entry['start']})"] = combine(cells)
     return out
 
 
@@ -658,28 +697,45 @@ async def closed_loop(url: str, requests: int, max_tokens: int, prompt_tokens: i
     return RoundResult(seconds, ok, failed, tokens)
 
 
-async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tokens: int, seed: int
-                         ) -> tuple[list[tuple[int, float]], dict[int, list[float]]]:
-    """One request per length right away (the first ones), then ``repeats`` warm ones per length."""
+async def _wave(session: aiohttp.ClientSession, url: str, rng: random.Random, length: int, batch: int,
+                max_tokens: int) -> float:
+    """Seconds for ``batch`` concurrent requests of ``length`` prompt tokens (the slowest one)."""
+
+    prompts = [_prompt(rng, length) for _ in range(batch)]
+    started = time.monotonic()
+    await asyncio.gather(*(_complete(session, url, prompt, max_tokens) for prompt in prompts))
+    return time.monotonic() - started
+
+
+async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tokens: int, seed: int,
+                         batches: Sequence[int] = (1,)
+                         ) -> tuple[list[tuple[int, int, float]], dict[tuple[int, int], list[float]]]:
+    """Per batch size and length, the first wave, then right after it ``repeats`` warm ones.
+
+    A wave is ``batch`` concurrent requests; its time is the slowest request's. Each cell's warm
+    waves follow its first one at once, so a load change on the shared machine between cells
+    does not fall between a first wave and the warm ones it is compared with. Returns
+    ``[(length, batch, seconds)]`` in sending order and ``{(length, batch): [warm seconds]}``.
+    """
 
     rng = random.Random(seed)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-    first: list[tuple[int, float]] = []
-    warm: dict[int, list[float]] = {length: [] for length in lengths}
+    first: list[tuple[int, int, float]] = []
+    cells = [(length, batch) for batch in batches for length in lengths]
+    warm: dict[tuple[int, int], list[float]] = {cell: [] for cell in cells}
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        # Open the keep-alive connection first, so no timed request pays for the TCP connect.
-        async with session.get(f"{url}/health") as response:
-            await response.read()
-        for length in lengths:
-            started = time.monotonic()
-            await _complete(session, url, _prompt(rng, length), max_tokens)
-            first.append((length, time.monotonic() - started))
-        for _ in range(repeats):
-            for length in lengths:
-                started = time.monotonic()
-                await _complete(session, url, _prompt(rng, length), max_tokens)
-                warm[length].append(time.monotonic() - started)
+        # Open the keep-alive connections first, so no timed request pays for the TCP connect.
+        await asyncio.gather(*(_health(session, url) for _ in range(max(batches))))
+        for length, batch in cells:
+            first.append((length, batch, await _wave(session, url, rng, length, batch, max_tokens)))
+            for _ in range(repeats):
+                warm[(length, batch)].append(await _wave(session, url, rng, length, batch, max_tokens))
     return first, warm
+
+
+async def _health(session: aiohttp.ClientSession, url: str) -> None:
+    async with session.get(f"{url}/health") as response:
+        await response.read()
 
 
 # --------------------------------------------------------------------------------------------
@@ -702,6 +758,7 @@ class Options:
     engine_command: list[str]
     fallback_env: dict[str, str]
     failure_marker: str
+    first_batches: list[int] = field(default_factory=lambda: [1])
 
 
 class Bench:
@@ -741,11 +798,12 @@ class Bench:
                                  dict(env_extra or {}), config["engine"]["port"], config["runtime"]["port"])
 
     def probe_first(self, item: Launched, kind: str, mode: str, warmup: str, seed: int) -> None:
-        first, warm = asyncio.run(first_requests(item.engine_url, self.o.first_lengths, self.o.repeats, 16, seed))
+        first, warm = asyncio.run(first_requests(item.engine_url, self.o.first_lengths, self.o.repeats, 16, seed,
+                                                 self.o.first_batches))
         stats = first_request_stats(first, warm)
         self.report["firstRequest"].append({"start": item.name, "kind": kind, "mode": mode, "warmup": warmup,
                                             "lengths": [asdict(s) for s in stats]})
-        self._say(f"{item.name}: first/warm " + ", ".join(f"{s.prompt_tokens}:{_f(s.ratio)}x" for s in stats))
+        self._say(f"{item.name}: first/warm " + ", ".join(f"{s.prompt_tokens}x{s.batch}:{_f(s.ratio)}x" for s in stats))
 
     def run(self) -> dict[str, Any]:
         o = self.o
@@ -789,7 +847,7 @@ class Bench:
         self.procs.stop(nowarm)
         if not o.skip_fallback:
             self.fallback()
-        self.report["goals"] = goals(self.report)
+        self.report["goals"] = {name: verdict.as_dict() for name, verdict in goals(self.report).items()}
         return self.report
 
     def throughput(self, bare: Launched, rt: Launched) -> dict[str, Any]:
@@ -880,8 +938,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=64, help="Tokens per request (default: %(default)s).")
     parser.add_argument("--prompt-tokens", type=int, default=32, help="Prompt tokens per request (default: %(default)s).")
     parser.add_argument("--concurrency", type=int, default=8, help="Closed-loop clients (default: %(default)s).")
-    parser.add_argument("--first-lengths", default="40,200,440",
+    parser.add_argument("--first-lengths", default="24,72,136,264,472",
                         help="Prompt lengths of the first requests after ready (default: %(default)s).")
+    parser.add_argument("--first-batches", default="1,4",
+                        help="Batch sizes (concurrent requests) of the first waves after ready (default: %(default)s).")
     parser.add_argument("--engine-command", default=f"{sys.executable} -m vllm.entrypoints.openai.api_server",
                         help="engine.command of every start (default: this Python's vLLM OpenAI server).")
     parser.add_argument("--fallback-env", action="append", default=None, metavar="KEY=VALUE",
@@ -913,6 +973,12 @@ def options_from_args(args: argparse.Namespace) -> Options:
         raise ValueError(f"--first-lengths {args.first_lengths!r}: give comma-separated token counts, e.g. 40,200,440") from None
     if not lengths or any(not 1 <= length <= 480 for length in lengths):
         raise ValueError("--first-lengths: each length must be 1..480 (the model length is 512, 16 tokens are generated)")
+    try:
+        batches = [int(item) for item in args.first_batches.split(",") if item.strip()]
+    except ValueError:
+        raise ValueError(f"--first-batches {args.first_batches!r}: give comma-separated sizes, e.g. 1,4") from None
+    if not batches or any(not 1 <= batch <= 8 for batch in batches):
+        raise ValueError("--first-batches: each batch size must be 1..8 (the bench's maxNumSeqs)")
     rounds = args.rounds if args.rounds is not None else (2 if args.quick else 8)
     checks = {"--rounds": (rounds, 1, 50), "--requests": (args.requests, 1, 10_000),
               "--max-tokens": (args.max_tokens, 1, 256), "--prompt-tokens": (args.prompt_tokens, 1, 192),
@@ -929,7 +995,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     return Options(Path(args.work_dir).resolve(), Path(args.model).resolve() if args.model else None, rounds,
                    args.requests, args.max_tokens, args.prompt_tokens, args.concurrency, lengths,
                    3 if args.quick else 5, args.start_timeout, args.skip_fallback, command, fallback_env,
-                   args.failure_marker)
+                   args.failure_marker, batches)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -231,11 +231,13 @@ class WarmupConfig(_Model):
     enabled: bool = True
     prompt_lengths: list[int] = Field(
         default_factory=lambda: [16, 256, 1024], min_length=1, max_length=32,
-        description="Prompt lengths in tokens; the defaults that do not fit the model length are left out.",
+        description=("Prompt lengths in tokens; unset, the plan derived from the engine argv replaces these "
+                     "defaults (used only when the model length is unknown, those that do not fit left out)."),
     )
     concurrency: list[int] = Field(
         default_factory=lambda: [1, 4, 16], min_length=1, max_length=16,
-        description="Concurrency levels; the defaults above the engine's max sequences are lowered to it.",
+        description=("Concurrency levels; unset, the derived plan replaces these defaults (used only when the "
+                     "model length is unknown, lowered to the engine's max sequences)."),
     )
     max_tokens: int = Field(8, ge=1, le=1024, description="Tokens generated per warmup request.")
     chat: bool = Field(True, description="Also warm the chat template path.")

@@ -48,17 +48,19 @@ class WarmupFit:
 
 
 def fit_warmup(config: WarmupConfig, max_model_len: int | None, max_num_seqs: int | None,
-               len_from: str = "", seqs_from: str = "") -> WarmupFit:
+               len_from: str = "", seqs_from: str = "", defaults_replaced: bool = False) -> WarmupFit:
     """Check ``config`` against the limits (``None``: unknown, not checked).
 
     Values the user set (``config.model_fields_set``) that do not fit are refusals naming both
     fields and the fix; the defaults are fitted (lengths that do not fit left out, concurrency
-    lowered to the limit) with a note each. ``len_from`` / ``seqs_from`` say where each limit came
-    from (for example `` (vLLM's default)``), for the messages.
+    lowered to the limit) with a note each, unless ``defaults_replaced`` (the runtime's plan
+    derived from the engine's argv stands in for them: they are not sent, so not checked).
+    ``len_from`` / ``seqs_from`` say where each limit came from (for example `` (vLLM's
+    default)``), for the messages.
     """
     fit = WarmupFit(list(config.prompt_lengths), list(config.concurrency))
     chosen = config.model_fields_set
-    if max_model_len is not None:
+    if max_model_len is not None and ("prompt_lengths" in chosen or not defaults_replaced):
         over = [n for n in config.prompt_lengths if not prompt_fits(n, config.max_tokens, max_model_len)]
         kept = [n for n in config.prompt_lengths if n not in over]
         if over and ("prompt_lengths" in chosen or not kept):
@@ -73,7 +75,7 @@ def fit_warmup(config: WarmupConfig, max_model_len: int | None, max_num_seqs: in
                 f"({config.max_tokens}) they do not fit in the engine's max model length "
                 f"{max_model_len}{len_from}; set warmup.promptLengths to choose")
             fit.prompt_lengths = kept
-    if max_num_seqs is not None:
+    if max_num_seqs is not None and ("concurrency" in chosen or not defaults_replaced):
         over = [n for n in config.concurrency if n > max_num_seqs]
         if over and "concurrency" in chosen:
             fit.refusals.append(

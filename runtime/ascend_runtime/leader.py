@@ -152,7 +152,7 @@ class LeaderRole:
             log.warning("engine flags: %s", warning)
         assert plan.engine_argv is not None  # only Ray workers run no engine
         self._engine_drains = "--shutdown-timeout" in plan.engine_argv
-        self._engine_argv = list(plan.engine_argv)
+        self._engine_argv = list(plan.engine_argv)  # the warmup's limits and derived plan come from it
         if plan.pre_commands and not self._pre_commands_done:
             # Before the mode is published: workers start only once the leader's side is up.
             failed = await host.run_pre_commands(plan.pre_commands, plan.env)
@@ -299,7 +299,7 @@ class LeaderRole:
             limits = engine_limits(self._engine_argv, self.config.engine, cpu=host.versions.platform == "cpu")
             warm = asyncio.create_task(run_warmup(
                 host.engine_base_url, model, self.config.warmup, limits.max_model_len, limits.max_num_seqs,
-                limits.seqs_from,
+                limits.seqs_from, engine_argv=self._engine_argv,
             ))
             stop_wait = asyncio.create_task(host.stop_requested.wait())
             try:

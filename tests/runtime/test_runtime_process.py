@@ -163,7 +163,22 @@ def test_chat_warmup_can_be_turned_off(runtime_factory):
     runtime = runtime_factory({"warmup": {"chat": False}}, {"FAKE_ENGINE_NO_CHAT_TEMPLATE": "1"})
     state = runtime.wait_for(is_ready, 60, "Ready")
     assert state["warmup"]["warnings"] == []
-    assert state["warmup"]["requests"] == 1 * 2 + 2 * 2  # completions only: 2 lengths x (1 + 2)
+    # Completions only: the plan derived from the launched argv (the fake engine lists a model
+    # length of 2048) plus the harness's lengths [4, 16] x levels [1, 2], and no chat wave.
+    # (Before the derived plan: 2 lengths x (1 + 2) = 6.)
+    from dataclasses import replace
+
+    from ascend_runtime.config import EngineOptions, WarmupConfig
+    from ascend_runtime.enginelimits import engine_limits
+    from ascend_runtime.warmup import engine_shapes, plan_warmup
+
+    argv = runtime.launches()[0]
+    seqs = engine_limits(argv, EngineOptions(), cpu=True).max_num_seqs
+    shapes = replace(engine_shapes(argv), max_num_seqs=engine_shapes(argv).max_num_seqs or seqs)
+    config = WarmupConfig(prompt_lengths=[4, 16], concurrency=[1, 2], max_tokens=2, chat=False)
+    waves = plan_warmup(config, 2048, seqs, shapes)
+    assert all(request.kind == "completion" for wave in waves for request in wave)
+    assert state["warmup"]["requests"] == sum(len(wave) for wave in waves) > 6
 
 
 def test_probes_before_ready_and_after(runtime_factory):
@@ -270,3 +285,16 @@ def test_the_runtime_adopts_the_engines_orphans_and_leaves_no_zombie(runtime_fac
         for pid in map(int, (runtime.workdir / "children").read_text().split()):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_the_warmup_plan_is_derived_from_the_launched_argv_with_the_users_lengths_on_top(runtime_factory):
+    # The harness lists promptLengths [4, 16] and concurrency [1, 2]. Derived from the argv:
+    # 64 - 2 generated - 8 margin = 54 the longest prompt; the ladder 16, 32 (32 is also the chunk
+    # from extraArgs); a decode wave of maxNumSeqs = 2. Then the user's cells not sent already:
+    # (4, 1), (4, 2) x2, (16, 2) x2. 3 + 2 + 5 = 10 requests.
+    runtime = runtime_factory({"engine": {"maxModelLen": 64, "maxNumSeqs": 2,
+                                          "extraArgs": ["--max-num-batched-tokens", "32"]},
+                               "warmup": {"chat": False}})
+    state = runtime.wait_for(is_ready, 120, "Ready")
+    assert state["warmup"]["outcome"] == "succeeded", state["warmup"]
+    assert state["warmup"]["requests"] == 10, state["warmup"]

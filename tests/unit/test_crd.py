@@ -549,9 +549,9 @@ RULE_CASES = {
     "warmup length too long": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {"promptLengths": [16, 512]}},
     "warmup max tokens push past": {"model": HF, "engine": {"maxModelLen": 512}, "warmup": {
         "promptLengths": [480], "maxTokens": 25}},
-    "warmup defaults on a short model": {"model": HF, "engine": {"maxModelLen": 31}},
-    "warmup defaults on a long enough model": {"model": HF, "engine": {"maxModelLen": 32}},
-    "warmup max tokens on a short model": {"model": HF, "engine": {"maxModelLen": 256}, "warmup": {"maxTokens": 240}},
+    "warmup defaults on a short model": {"model": HF, "engine": {"maxModelLen": 16}},
+    "warmup defaults on a long enough model": {"model": HF, "engine": {"maxModelLen": 17}},
+    "warmup max tokens on a short model": {"model": HF, "engine": {"maxModelLen": 256}, "warmup": {"maxTokens": 248}},
     "warmup length with model length in args": {"model": HF, "engine": {
         "maxModelLen": 512, "extraArgs": ["--max-model-len", "8192"]}, "warmup": {"promptLengths": [4096]}},
     "decode graphs within max": {"model": HF, "engine": {"maxNumSeqs": 16}, "graph": {

@@ -270,9 +270,11 @@ class WarmupSpec(SpecModel):
         min_length=1,
         max_length=32,
         description=(
-            "Prompt lengths in tokens; each plus maxTokens and 8 tokens of margin must fit in "
-            "engine.maxModelLen (refused otherwise). Default: "
-            f"{_WARMUP_DEFAULTS.prompt_lengths}, those that fit (a warning names the others)."
+            "Prompt lengths in tokens, sent on top of the plan the runtime derives from the engine's "
+            "flags (a ladder 16, 32, 64, ... up to the longest prompt maxModelLen allows, the chunked-"
+            "prefill size, a decode wave through the captured batch sizes); each plus maxTokens and 8 "
+            "tokens of margin must fit in engine.maxModelLen (refused otherwise, never clipped). "
+            "Default: none, the derived plan alone."
         ),
     )
     concurrency: list[Annotated[int, Field(ge=1, le=65536)]] | None = Field(
@@ -280,8 +282,10 @@ class WarmupSpec(SpecModel):
         min_length=1,
         max_length=16,
         description=(
-            "Concurrency levels; each at most engine.maxNumSeqs (refused otherwise). Default: "
-            f"{_WARMUP_DEFAULTS.concurrency}, lowered to maxNumSeqs with a warning where above it."
+            "Concurrency levels at which promptLengths (unset: the derived lengths whose batched "
+            "prefill fits one chunk) are sent on top of the derived plan; each at most "
+            "engine.maxNumSeqs (refused otherwise, never lowered). Default: none, the derived plan "
+            "alone (its decode wave already steps through the captured batch sizes)."
         ),
     )
     max_tokens: int | None = Field(

@@ -92,7 +92,9 @@ _SERVED = (
 _WARM = "(!has(self.warmup) || !has(self.warmup.enabled) || self.warmup.enabled)"
 _MAX_TOKENS = (f"(has(self.warmup) && has(self.warmup.maxTokens) ? self.warmup.maxTokens "
                f": {WarmupConfig().max_tokens})")
-_MIN_DEFAULT_LENGTH = min(WarmupConfig().prompt_lengths)
+#: promptLengths unset: the runtime's derived plan (ascend_runtime.warmup.derived_plan) needs room for
+#: one prompt token; its prompts are at most maxModelLen - maxTokens - 8 long.
+_MIN_DERIVED_LENGTH = 1
 
 
 def _args_set(pattern: str) -> str:
@@ -122,7 +124,7 @@ def _lengths_fit(s: AscendLLMDeploymentSpec) -> bool:
     if not s.warmup.enabled or limit is None or _args_match(s, MAX_MODEL_LEN_FLAGS):
         return True
     tokens = s.warmup.max_tokens or WarmupConfig().max_tokens
-    lengths = s.warmup.prompt_lengths or [_MIN_DEFAULT_LENGTH]
+    lengths = s.warmup.prompt_lengths or [_MIN_DERIVED_LENGTH]
     return all(prompt_fits(length, tokens, limit) for length in lengths)
 
 
@@ -166,11 +168,11 @@ def _engine_limit_rules() -> tuple[SpecRule, ...]:
             cel=f"!{_WARM} || !has(self.engine) || !has(self.engine.maxModelLen) || {_args_set(MAX_MODEL_LEN_FLAGS)} "
             f"|| (has(self.warmup) && has(self.warmup.promptLengths) ? self.warmup.promptLengths.all(n, "
             f"n + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen) "
-            f": {_MIN_DEFAULT_LENGTH} + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen)",
+            f": {_MIN_DERIVED_LENGTH} + {_MAX_TOKENS} + {LENGTH_MARGIN} <= self.engine.maxModelLen)",
             message=(
                 f"every warmup.promptLengths entry plus warmup.maxTokens plus {LENGTH_MARGIN} tokens of margin "
-                "must fit in engine.maxModelLen (promptLengths unset: the smallest default, "
-                f"{_MIN_DEFAULT_LENGTH}, must fit); lower warmup.promptLengths or warmup.maxTokens, or raise "
+                "must fit in engine.maxModelLen (promptLengths unset: the derived plan's shortest prompt, "
+                f"{_MIN_DERIVED_LENGTH} token, must fit); lower warmup.promptLengths or warmup.maxTokens, or raise "
                 "engine.maxModelLen"
             ),
             field_path=".warmup.promptLengths",
