@@ -19,7 +19,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CACHE=${ASCEND_LLM_IMAGE_CACHE:-/var/cache/ascend-llm-images}
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror this machine's apt uses (deb822 .sources or one-line .list), unless given.
+apt_mirror() {
+  local file
+  for file in /etc/apt/sources.list.d/*.sources; do
+    [[ -f $file ]] && awk '/^URIs:/ {print $2; exit}' "$file" | grep -m1 . && return
+  done
+  awk '/^deb / {print $2; exit}' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1
+}
+MIRROR=${DEBIAN_MIRROR:-$(apt_mirror)}
 TORCH_WHEEL_DIR=${TORCH_WHEEL_DIR:-/opt/wheels}
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 VERSION=$(sed -n 's/^version *= *"\(.*\)"/\1/p' pyproject.toml | head -n1)
