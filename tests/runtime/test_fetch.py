@@ -630,8 +630,8 @@ def test_a_hub_adapter_is_fetched_where_its_configmap_entry_points_and_the_runti
         assert code is FetchExit.OK, (tmp_path / "termination-log").read_text()
 
     # The entry the operator writes once the Job completed, seen where a pod mounts the cache.
-    children = build_children(BuildMeta("demo", "llm"), spec, settings,
-                              Remembered(adapter_jobs_complete=frozenset({planned.job_name("demo")})))
+    completed = frozenset({planned.job_name("demo", settings, "cache")})
+    children = build_children(BuildMeta("demo", "llm"), spec, settings, Remembered(adapter_jobs_complete=completed))
     (entry,) = parse_adapter_set(yaml.safe_load(children.adapters_configmap["data"][ADAPTERS_FILE_KEY])).adapters
     assert entry.path.startswith(f"{CACHE_DIR}/models/") and entry.cache_marker.startswith(f"{CACHE_DIR}/models/")
     local = entry.model_copy(update={"path": entry.path.replace(CACHE_DIR, str(root), 1),
