@@ -156,8 +156,9 @@ def operator(kubeconfig_path: str, crds: list[str]) -> Iterator[OperatorUnderTes
             sys.stderr.write(output[-6000:])
 
 
-@pytest.fixture
-def namespace(api: Any) -> Iterator[str]:
+def watched_namespace(api: Any) -> Iterator[str]:
+    """A fresh ``op-*`` namespace (one the tier's operator watches) whose default ServiceAccount
+    exists; deleted after. The body of :func:`namespace`, for tests that need a second one."""
     import kubernetes
 
     core = kubernetes.client.CoreV1Api(api)
@@ -167,6 +168,11 @@ def namespace(api: Any) -> Iterator[str]:
         name, field_selector="metadata.name=default").items)
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(api: Any) -> Iterator[str]:
+    yield from watched_namespace(api)
 
 
 def raw_get(api: Any, path: str) -> bytes:

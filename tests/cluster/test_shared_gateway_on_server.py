@@ -10,13 +10,12 @@ on the real API server, with the operator running (docs/routing.md, "A shared Ga
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from ascend_operator.routeshadow import shadowing_routes
-from conftest import NAMESPACE_PREFIX, WAIT_S, OperatorUnderTest
+from conftest import WAIT_S, OperatorUnderTest, watched_namespace
 from install_harness import wait_for
 from test_routing_on_server import RESYNC_WAIT_S, ROUTE, _clients, _condition, _create, _status, install_routing_crds
 
@@ -43,15 +42,7 @@ def admin_gateway_operator(operator: OperatorUnderTest) -> Iterator[OperatorUnde
 
 @pytest.fixture
 def second_namespace(api: Any) -> Iterator[str]:
-    import kubernetes
-
-    core = kubernetes.client.CoreV1Api(api)
-    name = f"{NAMESPACE_PREFIX}{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    wait_for("the default ServiceAccount", lambda: core.list_namespaced_service_account(
-        name, field_selector="metadata.name=default").items)
-    yield name
-    core.delete_namespace(name)
+    yield from watched_namespace(api)
 
 
 def _resource(name: str, served: str | None = None) -> dict[str, Any]:
