@@ -25,7 +25,7 @@ demo: setup
 test: setup tools
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ascend-llm crd --check
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 ## The tests without the real engine (seconds to a minute or two).
 test-fast: setup tools

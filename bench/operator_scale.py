@@ -61,7 +61,7 @@ from prometheus_client.parser import text_string_to_metric_families
 # The same percentile as the other benchmarks', beside this file (run as a script or loaded by path).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import percentile  # noqa: E402
-from verdict import Direction, Outcome, judge  # noqa: E402
+from verdict import Direction, Outcome, judge, judge_range  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "llm.ascend.dev_ascendllmdeployments.yaml"
@@ -74,7 +74,12 @@ MINIMAL = "minimal"
 #: The minimal operator applying exactly the project's children (its builders' output): what the
 #: project's operator costs beyond the objects the product makes.
 MINIMAL_SAME = "minimal-same"
-OPERATORS = (OURS, MINIMAL, MINIMAL_SAME)
+#: The project's operator from another checkout (``--baseline``: its CLI), measured beside ``ours``
+#: for a before/after comparison in one run; reported, not judged.
+BASELINE = "baseline"
+OPERATORS = (OURS, BASELINE, MINIMAL, MINIMAL_SAME)
+#: The project's operator, from this checkout or the baseline's: they read pods and report a phase.
+PROJECT = frozenset({OURS, BASELINE})
 
 # ------------------------------------------------------------------------------------- targets
 
@@ -82,12 +87,27 @@ OPERATORS = (OURS, MINIMAL, MINIMAL_SAME)
 CONVERGE_RATIO_MAX = 1.2
 #: Peak RSS of the operator's process tree, in MB (10**6 bytes), stated for N = 1000.
 RSS_MAX_MB = 150.0
+#: The operator's CPU from its start to the last status, at most this multiple of the yardstick's.
+CONVERGE_CPU_RATIO_MAX = 2.0
+#: CPU while idle (cores), stated for N = 1000.
+IDLE_CPU_MAX = 0.02
+#: Above 1,000 resources (issue 24: 10,000 on one operator): peak RSS and idle CPU.
+RSS_MAX_MB_LARGE = 600.0
+IDLE_CPU_MAX_LARGE = 0.1
+
+
+def limits(count: int) -> tuple[float, float]:
+    """Peak RSS (MB) and idle CPU (cores) allowed at ``count`` resources."""
+    return (RSS_MAX_MB, IDLE_CPU_MAX) if count <= 1000 else (RSS_MAX_MB_LARGE, IDLE_CPU_MAX_LARGE)
 
 # ------------------------------------------------------------------------------------- writes
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
 #: Reads that show an idle resync did run (a watch is one long request: not counted).
 READ_VERBS = frozenset({"GET", "LIST"})
+#: A request through a pod's proxy (the project's operator reading a runtime's ``/state`` from
+#: outside the cluster): the API server counts it as CONNECT on ``pods/proxy``.
+PROXY_VERBS = frozenset({"CONNECT"})
 #: (group, resource) that kwok writes as a non-system client: node status, node leases, pod status
 #: and pod removal. The operators write none of them (peering is off: ``--standalone``).
 KWOK_RESOURCES = frozenset({("", "nodes"), ("coordination.k8s.io", "leases"), ("", "pods")})
@@ -108,8 +128,8 @@ class WriteKey(NamedTuple):
 
 
 def parse_requests(text: str) -> Counter[WriteKey]:
-    """The cumulative writes and reads (GET, LIST; not WATCH) of non-system clients on API
-    resources, less kwok's kinds, in the API server's metrics text."""
+    """The cumulative writes, reads (GET, LIST; not WATCH) and pod proxy requests (CONNECT) of
+    non-system clients on API resources, less kwok's kinds, in the API server's metrics text."""
 
     # /metrics is megabytes of histograms: parse only the one family's lines.
     wanted = "\n".join(line for line in text.splitlines()
@@ -120,7 +140,7 @@ def parse_requests(text: str) -> Counter[WriteKey]:
         for sample in family.samples:
             labels = sample.labels
             verb, group, resource = labels.get("verb"), labels.get("group", ""), labels.get("resource", "")
-            if sample.name != METRIC or verb not in WRITE_VERBS | READ_VERBS or labels.get("dry_run"):
+            if sample.name != METRIC or verb not in WRITE_VERBS | READ_VERBS | PROXY_VERBS or labels.get("dry_run"):
                 continue
             if labels.get("system_client"):
                 continue  # the control plane's own components
@@ -183,6 +203,9 @@ class OperatorResult:
     idle_writes_by_kind: dict[str, int] = field(default_factory=dict)
     idle_cpu_cores: float = 0.0
     idle_reads: int | None = None
+    #: Runtime ``/state`` reads through the pod proxy in the idle window and after the restart.
+    idle_proxy_reads: int | None = None
+    restart_proxy_reads: int | None = None
     restart_window_s: float | None = None
     restart_idle: bool | None = None
     restart_writes: int | None = None
@@ -190,6 +213,10 @@ class OperatorResult:
     restart_reads: int | None = None
     converge_writes: int | None = None
     cpu_s: float | None = None
+    #: The operator's CPU from its start (once live) to the last status.
+    converge_cpu_s: float | None = None
+    #: Resources whose status said Ready before the idle window (the project's operator).
+    ready: int | None = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -237,10 +264,28 @@ def evaluate(ours: OperatorResult, minimal: OperatorResult | None,
             detail = f"{verdict.outcome.value}: {verdict.reason}; {detail}"
             targets.append(Target(f"{label} / {yardstick}", round(ratio, 3), f"<= {CONVERGE_RATIO_MAX}x",
                                   passed, detail))
+    values = [o.converge_cpu_s if o else None for o, _ in pairs]
+    bases = [m.converge_cpu_s if m else None for _, m in pairs]
+    label, limit = f"operator CPU to converge / {yardstick}", f"<= {CONVERGE_CPU_RATIO_MAX}x"
+    if minimal is None or any(v is None for v in values) or any(b is None or b <= 0 for b in bases):
+        targets.append(Target(label, None, limit, None, "not measured in every round"))
+    else:
+        ratios = [value / base for value, base in zip(values, bases, strict=True)]
+        verdict = judge(ratios, CONVERGE_CPU_RATIO_MAX, Direction.AT_MOST)
+        detail = "; ".join(f"{value:.1f} s vs {base:.1f} s" for value, base in zip(values, bases, strict=True))
+        targets.append(Target(label, round(statistics.median(ratios), 3), limit,
+                              {Outcome.MET: True, Outcome.MISSED: False}.get(verdict.outcome),
+                              f"{verdict.outcome.value}: {verdict.reason}; ratios "
+                              f"{', '.join(f'{r:.2f}' for r in ratios)}: {detail}"))
+    rss_max, idle_max = limits(ours.count)
     peak = max((v for v in (ours.rss_peak_mb, ours.rss_restart_peak_mb) if v is not None), default=None)
-    targets.append(Target("peak RSS (MB)", peak, f"<= {RSS_MAX_MB:g} at N=1000",
-                          None if peak is None else peak <= RSS_MAX_MB,
-                          "" if ours.count == 1000 else f"measured at N={ours.count}"))
+    targets.append(Target("peak RSS (MB)", peak, f"<= {rss_max:g} at N={ours.count}",
+                          None if peak is None else peak <= rss_max))
+    targets.append(Target("CPU while idle (cores)", ours.idle_cpu_cores if ours.idle_window_s else None,
+                          f"<= {idle_max:g} at N={ours.count}",
+                          None if not ours.idle_window_s else ours.idle_cpu_cores <= idle_max))
+    targets.append(Target("resources Ready before the idle window", ours.ready, f"= {ours.count}",
+                          None if ours.ready is None else ours.ready == ours.count))
     targets.append(Target("writes per idle resync", ours.idle_writes_per_resync, "0",
                           None if ours.idle_writes_per_resync is None else ours.idle_writes == 0,
                           _kinds(ours.idle_writes_by_kind)))
@@ -252,6 +297,30 @@ def evaluate(ours: OperatorResult, minimal: OperatorResult | None,
     for error in ours.errors:
         targets.append(Target("run", None, "no error", False, error))
     return targets
+
+
+def growth(values: Sequence[float | None], count: int, earlier: Mapping[str, Any]) -> list[Target]:
+    """Converge time at ``count`` resources against an earlier run's (``--linear-from``: its
+    ``--out`` JSON, at fewer resources): at most linear growth, a ratio of at most ``count`` over
+    its count. ``values`` are the project's operator's converge seconds to the last status, one per
+    round here; the earlier ones come from every round of that file. Judged on the range of the
+    ratios of every pair (bench/verdict.py), with as many samples as the side with fewer rounds."""
+
+    small_count = int(earlier["count"])
+    name, limit = f"converge growth {small_count} -> {count} (to last status)", f"<= {count / small_count:g}x"
+    if small_count >= count:
+        raise ValueError(f"--linear-from: that run had {small_count} resources, not fewer than {count}")
+    small = [r[OURS]["converge_status_s"] for r in earlier.get("rounds", []) if OURS in r]
+    if not values or not small or any(v is None for v in [*values, *small]):
+        return [Target(name, None, limit, None, "a run without every round converged")]
+    big = [float(v) for v in values if v is not None]
+    low, high = min(big) / max(small), max(big) / min(small)
+    verdict = judge_range(low, high, min(len(big), len(small)), count / small_count, Direction.AT_MOST)
+    detail = (f"{verdict.outcome.value}: {verdict.reason}; {', '.join(f'{v:.1f}' for v in big)} s at {count} "
+              f"vs {', '.join(f'{v:.1f}' for v in small)} s at {small_count}")
+    ratio = statistics.median(big) / statistics.median(small)
+    return [Target(name, round(ratio, 3), limit, {Outcome.MET: True, Outcome.MISSED: False}.get(verdict.outcome),
+                   detail)]
 
 
 def _kinds(by_kind: Mapping[str, int]) -> str:
@@ -284,12 +353,16 @@ def format_table(results: Sequence[OperatorResult]) -> str:
         ("apply-to-children lag median / p99 (s)",
          lambda r: f"{_fmt(r.children_lag.get('median_s'), 2)} / {_fmt(r.children_lag.get('p99_s'), 2)}"),
         ("writes until converged", lambda r: _fmt(r.converge_writes)),
-        ("CPU while idle (cores)", lambda r: _fmt(r.idle_cpu_cores, 3)),
+        ("CPU while idle (cores)", lambda r: _fmt(r.idle_cpu_cores if r.idle_window_s else None, 3)),
         ("reads (GET, LIST) in the idle window", lambda r: _fmt(r.idle_reads)),
         ("reads (GET, LIST) after the restart", lambda r: _fmt(r.restart_reads)),
+        ("pod proxy reads (runtime /state) in the idle window / after the restart",
+         lambda r: f"{_fmt(r.idle_proxy_reads)} / {_fmt(r.restart_proxy_reads)}"),
         ("RSS peak / end (MB)", lambda r: f"{_fmt(r.rss_peak_mb)} / {_fmt(r.rss_end_mb)}"),
         ("RSS peak after restart (MB)", lambda r: _fmt(r.rss_restart_peak_mb)),
         ("CPU s (operator tree, first start)", lambda r: _fmt(r.cpu_s)),
+        ("CPU s to converge (start to last status)", lambda r: _fmt(r.converge_cpu_s)),
+        ("resources Ready before the idle window", lambda r: _fmt(r.ready)),
         ("writes per idle resync", lambda r: _fmt(r.idle_writes_per_resync, 2)
          + (f" ({r.idle_writes} in {r.idle_window_s:.0f} s)" if r.idle_window_s is not None else "")),
         ("writes on restart", lambda r: _fmt(r.restart_writes)
@@ -304,11 +377,13 @@ def format_table(results: Sequence[OperatorResult]) -> str:
 def format_rounds(rounds: Sequence[Mapping[str, OperatorResult]]) -> str:
     """Converge time of every round (Markdown), in the order each round ran."""
 
-    lines = ["| round | order | converge to last child (s) | to last status (s) |", "|---|---|---|---|"]
+    lines = ["| round | order | converge to last child (s) | to last status (s) | operator CPU to converge (s) |",
+             "|---|---|---|---|---|"]
     for index, one in enumerate(rounds, 1):
         lines.append(f"| {index} | {', '.join(one)} | "
                      + " / ".join(f"{name} {_fmt(r.converge_children_s)}" for name, r in one.items()) + " | "
-                     + " / ".join(f"{name} {_fmt(r.converge_status_s)}" for name, r in one.items()) + " |")
+                     + " / ".join(f"{name} {_fmt(r.converge_status_s)}" for name, r in one.items()) + " | "
+                     + " / ".join(f"{name} {_fmt(r.converge_cpu_s)}" for name, r in one.items()) + " |")
     return "\n".join(lines)
 
 
@@ -683,9 +758,12 @@ def fit_the_cluster(api: Api, count: int) -> int:
     return needed
 
 
-def operator_command(name: str, namespace: str, ascend_llm: str) -> list[str]:
-    if name == OURS:
-        return [ascend_llm, "operator", "run", "--standalone", "-n", namespace]
+def operator_command(name: str, namespace: str, ascend_llm: str, baseline: str | None = None) -> list[str]:
+    if name in PROJECT:
+        cli = baseline if name == BASELINE else ascend_llm
+        if not cli:
+            raise ValueError(f"the {BASELINE} operator needs --baseline (its CLI)")
+        return [cli, "operator", "run", "--standalone", "-n", namespace]
     return [sys.executable, "-m", "kopf", "run", "--standalone", "-n", namespace, str(MINIMAL_OPERATOR)]
 
 
@@ -790,7 +868,7 @@ class OperatorRun:
     """One operator's run in its own namespace: converge, idle, restart, cleanup."""
 
     def __init__(self, ctx: RunContext, name: str, ascend_llm: str, log_suffix: str = "",
-                 delete_namespace: bool = True) -> None:
+                 delete_namespace: bool = True, baseline: str | None = None) -> None:
         self.ctx, self.api = ctx, ctx.api
         self.delete_namespace = delete_namespace
         self.result = OperatorResult(name=name, count=ctx.count)
@@ -798,7 +876,7 @@ class OperatorRun:
         self.names = [f"llm-{index:04d}" for index in range(ctx.count)]
         self.tracker = Tracker(self.names, ctx.crd.kind)
         self.cpu_start = 0.0
-        self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm), operator_env(ctx, name),
+        self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm, baseline), operator_env(ctx, name),
                                   ctx.log_dir / f"{name}-operator{log_suffix}.log")
         self.watchers = [
             Watcher(self.api, path.format(ns=self.namespace), METADATA_ONLY, METADATA_ONLY_WATCH,
@@ -845,7 +923,21 @@ class OperatorRun:
         result.apply_s = round(time.monotonic() - t0, 2)
         result.applied = len(tracker.applied)
         log(f"{result.name}: {result.applied} applied in {result.apply_s} s; waiting for children and status")
-        converged = tracker.done.wait(ctx.converge_timeout_s)
+        try:
+            converged = tracker.done.wait(ctx.converge_timeout_s)
+        except KeyboardInterrupt as stop:  # stopped while converging: how far it got is reported
+            self._converge_result(t0, writes_start, converged=False, stopped=True)
+            result.errors.append(f"stopped ({stop}) {time.monotonic() - t0:.0f} s after the first apply: "
+                                 f"{result.children_missing} children and {result.status_missing} statuses missing")
+            raise
+        self._converge_result(t0, writes_start, converged)
+
+    def _converge_result(self, t0: float, writes_start: Counter[WriteKey], converged: bool,
+                         stopped: bool = False) -> None:
+        ctx, result, tracker = self.ctx, self.result, self.tracker
+        if converged:
+            result.converge_cpu_s = round(self.op.cpu_s() - self.cpu_start, 1)
+        result.rss_peak_mb = mb(self.op.peak_rss)
         for watcher in self.watchers:
             watcher.stopped.set()
         result.children_missing = tracker.expected_children() - len(tracker.children)
@@ -864,13 +956,14 @@ class OperatorRun:
         # The operator's: less the benchmark's own applies (one request each).
         writes = request_delta(writes_start, self.api.metrics_writes())
         result.converge_writes = sum(writes.values()) - len(self.names)
-        if not converged:
+        if not converged and not stopped:
             errors = [w.error for w in self.watchers if w.error]
             result.errors.append(
                 f"not converged within {ctx.converge_timeout_s:.0f} s: {result.children_missing} children "
                 f"and {result.status_missing} statuses missing"
                 + (f"; watch errors: {errors}" if errors else ""))
-        log(f"{result.name}: children {result.converge_children_s} s, status {result.converge_status_s} s")
+        log(f"{result.name}: children {result.converge_children_s} s, status {result.converge_status_s} s, "
+            f"operator CPU {result.converge_cpu_s} s, RSS peak {mb(self.op.peak_rss)} MB")
 
     def _apply(self, name: str) -> None:
         collection = self.ctx.crd.collection(self.namespace)
@@ -884,8 +977,8 @@ class OperatorRun:
         # The cluster settles first: kwok readies 1,000 pods over minutes, and a status that
         # follows its pods changes until then (a write that is not idle). Only the project's
         # operator reports a phase; the minimal one is settled once its status exists.
-        if result.name == OURS:
-            self._wait_all_ready()
+        if result.name in PROJECT:
+            result.ready = self._wait_all_ready()
         log(f"{result.name}: settling for {ctx.resync_s + 10:g} s")
         time.sleep(ctx.resync_s + 10)
         window = 2 * ctx.resync_s + 5
@@ -894,6 +987,7 @@ class OperatorRun:
         requests = request_delta(before, self.api.metrics_requests())
         idle = only(requests, WRITE_VERBS)
         result.idle_reads = sum(only(requests, READ_VERBS).values())
+        result.idle_proxy_reads = sum(only(requests, PROXY_VERBS).values())
         result.idle_cpu_cores = round((op.cpu_s() - cpu_before) / window, 3)
         result.idle_window_s = window
         result.idle_writes = sum(idle.values())
@@ -902,20 +996,26 @@ class OperatorRun:
         result.rss_peak_mb = mb(op.peak_rss)
         result.rss_end_mb = mb(op.rss())
         result.cpu_s = round(op.cpu_s() - self.cpu_start, 1)
-        log(f"{result.name}: {result.idle_writes} writes in {window:g} s idle; "
-            f"RSS peak {result.rss_peak_mb} MB")
+        log(f"{result.name}: {result.idle_writes} writes in {window:g} s idle, {result.idle_cpu_cores} cores; "
+            f"RSS peak {result.rss_peak_mb} MB; CPU since start {result.cpu_s} s")
 
-    def _wait_all_ready(self, timeout_s: float = 600) -> None:
+    def _wait_all_ready(self, timeout_s: float | None = None) -> int:
+        """Wait until every resource's status says Ready (at most 600 s, plus 60 s per 1,000
+        resources above 1,000); the count Ready."""
+
+        timeout_s = timeout_s or 600 + 0.06 * max(0, self.ctx.count - 1000)
         collection = self.ctx.crd.collection(self.namespace)
         deadline = time.monotonic() + timeout_s
+        ready = 0
         while time.monotonic() < deadline:
             items = self.api.request("GET", collection)["items"]
             ready = sum(1 for item in items if (item.get("status") or {}).get("phase") == "Ready")
             if ready >= self.ctx.count:
                 log(f"{self.result.name}: all {ready} resources Ready")
-                return
-            time.sleep(2)
+                return ready
+            time.sleep(2 if self.ctx.count <= 1000 else 10)
         log(f"{self.result.name}: only {ready} of {self.ctx.count} Ready after {timeout_s:g} s")
+        return ready
 
     def restart(self) -> None:
         ctx, result, op = self.ctx, self.result, self.op
@@ -925,9 +1025,21 @@ class OperatorRun:
         # Idle again: CPU back near what the idle window used (its resyncs), plus 5 % of a core.
         check = IdleCheck(max(ctx.restart_quiet_s, ctx.resync_s + 5), 0.05 + 1.5 * result.idle_cpu_cores,
                           min_s=result.converge_status_s or 0.0)
-        idle_again, waited, requests = wait_idle(self.api, op, before, check, ctx.restart_timeout_s)
+        started = time.monotonic()
+        try:
+            idle_again, waited, requests = wait_idle(self.api, op, before, check, ctx.restart_timeout_s)
+        except KeyboardInterrupt as stop:  # stopped in the window: what it saw so far is reported, not idle
+            waited = time.monotonic() - started
+            self._restart_result(False, waited, request_delta(before, self.api.metrics_requests()))
+            result.errors.append(f"stopped ({stop}) {waited:.0f} s into the restart window")
+            raise
+        self._restart_result(idle_again, waited, requests)
+
+    def _restart_result(self, idle_again: bool, waited: float, requests: Counter[WriteKey]) -> None:
+        result, op = self.result, self.op
         restart = only(requests, WRITE_VERBS)
         result.restart_reads = sum(only(requests, READ_VERBS).values())
+        result.restart_proxy_reads = sum(only(requests, PROXY_VERBS).values())
         result.restart_idle = idle_again
         result.restart_window_s = round(waited, 1)
         result.restart_writes = sum(restart.values())
@@ -954,24 +1066,61 @@ class OperatorRun:
 # ------------------------------------------------------------------------------------- main
 
 
-def start_control_plane(pack: Path, workdir: Path, port_base: str, wipe: bool = False) -> str:
-    """Start the pack (``wipe``: stop it and delete its state first, so the run starts on an empty
-    cluster); returns the kubeconfig path."""
+class ControlPlane:
+    """The pack's control plane as this run starts it: every start is recorded, so that
+    :meth:`stop` (run from ``main``'s ``finally``, whatever ended the run) stops what was started,
+    also after an ``up.sh`` that failed half-way."""
 
-    workdir.mkdir(parents=True, exist_ok=True)
-    if wipe:
-        down = subprocess.run(["bash", str(pack / "down.sh"), str(workdir), "--wipe"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    def __init__(self, pack: Path, workdir: Path, port_base: str) -> None:
+        self.pack, self.workdir, self.port_base = pack, workdir, port_base
+        self.started = False
+
+    def start(self, wipe: bool = False) -> str:
+        """Start the pack (``wipe``: stop it and delete its state first, so the run starts on an
+        empty cluster); returns the kubeconfig path."""
+
+        pack, workdir = self.pack, self.workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        if wipe:
+            down = subprocess.run(["bash", str(pack / "down.sh"), str(workdir), "--wipe"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            if down.returncode != 0:
+                raise RuntimeError(f"{pack}/down.sh --wipe failed (exit {down.returncode}):\n{down.stderr[-4000:]}")
+        self.started = True
+        up = subprocess.run(["bash", str(pack / "up.sh"), str(workdir), "--port-base", self.port_base],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        if up.returncode != 0:
+            raise RuntimeError(f"{pack}/up.sh failed (exit {up.returncode}):\n{up.stderr[-4000:]}")
+        line = up.stdout.strip().splitlines()[-1]
+        if not line.startswith("export KUBECONFIG="):
+            raise RuntimeError(f"{pack}/up.sh printed no KUBECONFIG line: {line!r}")
+        return line.split("=", 1)[1]
+
+    def stop(self) -> str | None:
+        """Stop the control plane if this run started one (its state stays: ``down.sh`` without
+        ``--wipe``); a message when ``down.sh`` failed."""
+
+        if not self.started:
+            return None
+        self.started = False
+        log(f"cluster: stopping the control plane of {self.workdir}")
+        # Signals are held off meanwhile: a second Ctrl-C must not leave the pack half-stopped.
+        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
+        try:
+            down = subprocess.run(["bash", str(self.pack / "down.sh"), str(self.workdir)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=180)
+        except (OSError, subprocess.SubprocessError) as error:
+            return f"{self.pack}/down.sh: {error}"
+        finally:
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
         if down.returncode != 0:
-            raise RuntimeError(f"{pack}/down.sh --wipe failed (exit {down.returncode}):\n{down.stderr[-4000:]}")
-    up = subprocess.run(["bash", str(pack / "up.sh"), str(workdir), "--port-base", port_base],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
-    if up.returncode != 0:
-        raise RuntimeError(f"{pack}/up.sh failed (exit {up.returncode}):\n{up.stderr[-4000:]}")
-    line = up.stdout.strip().splitlines()[-1]
-    if not line.startswith("export KUBECONFIG="):
-        raise RuntimeError(f"{pack}/up.sh printed no KUBECONFIG line: {line!r}")
-    return line.split("=", 1)[1]
+            return f"{self.pack}/down.sh failed (exit {down.returncode}): {down.stderr[-2000:]}"
+        return None
+
+
+#: Signals that end a run like Ctrl-C: the operators and the control plane are stopped first.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -1013,18 +1162,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="Use this cluster (admin rights: /metrics, CRDs) instead of starting the pack.")
     parser.add_argument("--ascend-llm", default=str(Path(sys.executable).parent / "ascend-llm"),
                         help="The project's CLI (default: beside this Python).")
+    parser.add_argument("--baseline", default=None,
+                        help=f"The project's CLI from another checkout, run as the operator '{BASELINE}' "
+                             "(a before/after comparison in one run; not judged).")
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="Operator logs (default: a temporary folder).")
     parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
+    parser.add_argument("--linear-from", type=Path, default=None,
+                        help="The --out JSON of a run at fewer resources: judge that the project's operator's "
+                             "converge time grew at most linearly from it (issue 24: 1,000 to 10,000).")
     args = parser.parse_args(argv)
     args.operators = [name.strip() for name in args.operators.split(",") if name.strip()]
     unknown = [name for name in args.operators if name not in OPERATORS]
     if unknown or not args.operators:
         parser.error(f"--operators: {unknown or 'empty'}; choose from {', '.join(OPERATORS)}")
+    if BASELINE in args.operators and not args.baseline:
+        parser.error(f"--operators {BASELINE} needs --baseline CLI")
     if args.count < 1:
         parser.error("--count must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.linear_from is not None:
+        try:
+            args.linear_from_report = json.loads(args.linear_from.read_text())
+        except (OSError, ValueError) as error:
+            parser.error(f"--linear-from: {error}")
+        if int(args.linear_from_report.get("count", 0)) >= args.count:
+            parser.error(f"--linear-from: its run had {args.linear_from_report.get('count')} resources, "
+                         f"not fewer than --count {args.count}")
     if args.resync_interval <= 0:
         parser.error("--resync-interval must be positive")
     return args
@@ -1040,11 +1205,11 @@ def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")  # the runs' cleanup (operator stop, namespace delete) runs
 
 
-def prepare(args: argparse.Namespace, wipe: bool, log_dir: Path | None = None) -> RunContext:
+def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: Path | None = None) -> RunContext:
     """The cluster (the pack started, ``wipe``: on empty state; or ``--kubeconfig``) with the CRD
     and enough nodes, and what every run shares."""
 
-    kubeconfig = args.kubeconfig or start_control_plane(args.pack, args.workdir, args.port_base, wipe=wipe)
+    kubeconfig = args.kubeconfig or plane.start(wipe=wipe)
     log_dir = log_dir or args.log_dir or Path(tempfile.mkdtemp(prefix="operator-scale-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     api = Api(kubeconfig, pool_size=args.workers + 8)
@@ -1060,10 +1225,22 @@ def prepare(args: argparse.Namespace, wipe: bool, log_dir: Path | None = None) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)
+    plane = ControlPlane(args.pack, args.workdir, args.port_base)
+    handlers = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+    try:
+        return _run(args, plane)
+    finally:
+        problem = plane.stop()  # however the run ended: a result, an error, Ctrl-C, SIGTERM
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if problem:
+            print(f"operator_scale: {problem}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace, plane: ControlPlane) -> int:
     fresh = not args.kubeconfig and not args.keep_cluster
     try:
-        ctx = prepare(args, wipe=fresh)
+        ctx = prepare(args, plane, wipe=fresh)
     except Exception as error:  # noqa: BLE001
         print(f"operator_scale: cannot start: {error}", file=sys.stderr)
         return 2
@@ -1073,18 +1250,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs += [(name, index + 1) for name in (reversed(args.operators) if index % 2 else args.operators)]
     results: dict[str, OperatorResult] = {}
     rounds: list[dict[str, OperatorResult]] = []
+    stopped: KeyboardInterrupt | None = None
     for number, (name, round_no) in enumerate(runs):
-        if fresh and number:
-            log("cluster: wiped and started again for the next run")
-            ctx = prepare(args, wipe=True, log_dir=ctx.log_dir)
-        suffix = f"-round{round_no}" if round_no > 1 else ""
-        result = OperatorRun(ctx, name, args.ascend_llm, suffix, delete_namespace=not fresh).run(full=round_no == 1)
+        run: OperatorRun | None = None
+        try:
+            if fresh and number:
+                log("cluster: wiped and started again for the next run")
+                ctx = prepare(args, plane, wipe=True, log_dir=ctx.log_dir)
+            suffix = f"-round{round_no}" if round_no > 1 else ""
+            run = OperatorRun(ctx, name, args.ascend_llm, suffix, delete_namespace=not fresh,
+                              baseline=args.baseline)
+            result = run.run(full=round_no == 1)
+        except KeyboardInterrupt as stop:
+            # Stopped (Ctrl-C, SIGTERM, SIGHUP): report what was measured up to here; no further run.
+            stopped = stop
+            if run is None:
+                break
+            result = run.result
+            if not any(error.startswith("stopped") for error in result.errors):
+                result.errors.append(f"stopped ({stop})")
+            log(f"{name}: stopped ({stop}); reporting what was measured")
         if round_no == 1:
             results[name] = result
         else:
             if len(rounds) < round_no - 1:
                 rounds.append({})
             rounds[round_no - 2][name] = result
+        if stopped:
+            break
     log_dir = ctx.log_dir
     ordered = [results[name] for name in OPERATORS if name in results]
     print(format_table(ordered))
@@ -1097,8 +1290,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         small = evaluate(results[OURS], results[MINIMAL], rounds, MINIMAL)
         print(f"\nAgainst {MINIMAL} (four small children; not a target):\n"
               + format_targets([t for t in small if t.name.startswith("converge")]))
+    if OURS in results and args.linear_from is not None:
+        targets += growth([results[OURS].converge_status_s,
+                           *(r[OURS].converge_status_s for r in rounds if OURS in r)],
+                          args.count, args.linear_from_report)
     failed = failures(targets)
-    for name in (MINIMAL, MINIMAL_SAME):
+    if stopped and not any("stopped" in reason for reason in failed):
+        failed.append(f"stopped ({stopped})")
+    for name in (BASELINE, MINIMAL, MINIMAL_SAME):
         if name in results:
             failed += [f"{name} operator: {error}" for error in results[name].errors]
     if targets:
@@ -1119,6 +1318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "bench_cpu_s": round(sum(getrusage(RUSAGE_SELF)[:2]), 1),
             "log_dir": str(log_dir), "operators": {name: asdict(result) for name, result in results.items()},
             "rounds": [{name: {"converge_children_s": r.converge_children_s, "converge_status_s": r.converge_status_s,
+                               "converge_cpu_s": r.converge_cpu_s,
                                "converge_writes": r.converge_writes, "errors": r.errors}
                         for name, r in one.items()} for one in [results, *rounds]],
             "targets": [asdict(target) for target in targets], "failures": failed,

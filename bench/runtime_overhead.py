@@ -60,7 +60,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -266,23 +266,42 @@ class LengthStats:
     ratio_low: float | None = None
     ratio_high: float | None = None
     warm_n: int = 0
+    #: The engine's CPU seconds (all its processes) over the first wave, the warm waves' median and
+    #: the ratio's range: extra work (a compile, a new kernel) costs CPU; waiting for a busy machine
+    #: costs wall time only.
+    cpu_first_s: float | None = None
+    cpu_warm_median_s: float | None = None
+    cpu_ratio_low: float | None = None
+    cpu_ratio_high: float | None = None
 
 
-def first_request_stats(first: Sequence[tuple[int, int, float]], warm: Mapping[tuple[int, int], Sequence[float]]
-                        ) -> list[LengthStats]:
-    """Per (prompt length, batch size): the first wave's latency, the warm median, their ratio and range.
+def _ratio_range(value: float, samples: Sequence[float]) -> tuple[float | None, float | None]:
+    """(value / largest sample, value / smallest sample); None where a sample is not positive."""
+    if not samples:
+        return None, None
+    return (value / max(samples) if max(samples) > 0 else None, value / min(samples) if min(samples) > 0 else None)
+
+
+def first_request_stats(first: Sequence[tuple[int, int, float]], warm: Mapping[tuple[int, int], Sequence[float]],
+                        cpu_first: Mapping[tuple[int, int], float] | None = None,
+                        cpu_warm: Mapping[tuple[int, int], Sequence[float]] | None = None) -> list[LengthStats]:
+    """Per (prompt length, batch size): the first wave's latency, the warm median, their ratio and range,
+    and the same for the engine's CPU seconds when ``cpu_first`` / ``cpu_warm`` are given.
 
     ``first`` is in sending order (the first entry is the very first request after Ready).
     """
 
     out = []
     for length, batch, seconds in first:
-        times = list(warm.get((length, batch), ()))
+        cell = (length, batch)
+        times = list(warm.get(cell, ()))
         median = percentile(times, 50)
-        low = seconds / max(times) if times and max(times) > 0 else None
-        high = seconds / min(times) if times and min(times) > 0 else None
+        low, high = _ratio_range(seconds, times)
+        cpu = (cpu_first or {}).get(cell)
+        cpu_times = list((cpu_warm or {}).get(cell, ()))
+        cpu_low, cpu_high = _ratio_range(cpu, cpu_times) if cpu is not None else (None, None)
         out.append(LengthStats(length, seconds, median, None if not median else seconds / median, batch, low, high,
-                               len(times)))
+                               len(times), cpu, percentile(cpu_times, 50), cpu_low, cpu_high))
     return out
 
 
@@ -396,6 +415,9 @@ def format_report(report: Mapping[str, Any]) -> str:
                               f"{_f(item['warm_median_s'], 3)} = **{_f(item['ratio'], 2)}x**"
                               + (f" ({_f(item['ratio_low'], 2)}-{_f(item['ratio_high'], 2)})"
                                  if item.get("ratio_low") is not None else "")
+                              + (f", CPU {item['cpu_first_s']:.2f} / {_f(item.get('cpu_warm_median_s'), 2)} s "
+                                 f"({_f(item.get('cpu_ratio_low'), 2)}-{_f(item.get('cpu_ratio_high'), 2)})"
+                                 if item.get("cpu_first_s") is not None else "")
                               for item in entry["lengths"])
             very = entry["lengths"][0]["ratio"] if entry["lengths"] else None
             lines.append(f"| {entry['start']} ({entry['mode']}) | {entry['warmup']} | {cells} | {_f(very, 2)}x |")
@@ -449,6 +471,16 @@ def goals(report: Mapping[str, Any]) -> dict[str, Verdict]:
                 cells.append((name, judge_range(low, high, item.get("warm_n", 0), GOAL_FIRST_REQUEST_RATIO,
                                                 Direction.AT_MOST)))
             out[f"first request <= {GOAL_FIRST_REQUEST_RATIO}x warm ({entry['start']})"] = combine(cells)
+            # Diagnostic: the same rule on the engine's CPU seconds. A cell missed on wall time but met
+            # here waited for a busy machine; missed here too, it did extra work (a cold path).
+            cpu_cells = [(f"{item['prompt_tokens']} tok x{item.get('batch', 1)}",
+                          judge_range(item["cpu_ratio_low"], item["cpu_ratio_high"], item.get("warm_n", 0),
+                                      GOAL_FIRST_REQUEST_RATIO, Direction.AT_MOST))
+                         for item in entry["lengths"]
+                         if item.get("cpu_ratio_low") is not None and item.get("cpu_ratio_high") is not None]
+            if cpu_cells:
+                out[f"engine CPU of the first wave <= {GOAL_FIRST_REQUEST_RATIO}x warm ({entry['start']}; "
+                    "diagnostic)"] = combine(cpu_cells)
     return out
 
 
@@ -707,30 +739,51 @@ async def _wave(session: aiohttp.ClientSession, url: str, rng: random.Random, le
     return time.monotonic() - started
 
 
+@dataclass
+class Probe:
+    """What :func:`first_requests` measured: wall seconds per wave and, with a CPU counter, the
+    engine's CPU seconds per wave."""
+
+    first: list[tuple[int, int, float]] = field(default_factory=list)
+    warm: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    cpu_first: dict[tuple[int, int], float] = field(default_factory=dict)
+    cpu_warm: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+
+
 async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tokens: int, seed: int,
-                         batches: Sequence[int] = (1,)
-                         ) -> tuple[list[tuple[int, int, float]], dict[tuple[int, int], list[float]]]:
+                         batches: Sequence[int] = (1,), cpu_seconds: Callable[[], float] | None = None) -> Probe:
     """Per batch size and length, the first wave, then right after it ``repeats`` warm ones.
 
     A wave is ``batch`` concurrent requests; its time is the slowest request's. Each cell's warm
     waves follow its first one at once, so a load change on the shared machine between cells
-    does not fall between a first wave and the warm ones it is compared with. Returns
-    ``[(length, batch, seconds)]`` in sending order and ``{(length, batch): [warm seconds]}``.
+    does not fall between a first wave and the warm ones it is compared with. ``cpu_seconds``
+    (the engine's CPU counter) is read around every wave. Sending order is kept in ``first``.
     """
 
     rng = random.Random(seed)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-    first: list[tuple[int, int, float]] = []
     cells = [(length, batch) for batch in batches for length in lengths]
-    warm: dict[tuple[int, int], list[float]] = {cell: [] for cell in cells}
+    probe = Probe(warm={cell: [] for cell in cells}, cpu_warm={cell: [] for cell in cells})
+
+    async def timed(length: int, batch: int) -> tuple[float, float | None]:
+        before = cpu_seconds() if cpu_seconds else None
+        seconds = await _wave(session, url, rng, length, batch, max_tokens)
+        return seconds, (cpu_seconds() - before) if cpu_seconds and before is not None else None
+
     async with aiohttp.ClientSession(timeout=timeout) as session:
         # Open the keep-alive connections first, so no timed request pays for the TCP connect.
         await asyncio.gather(*(_health(session, url) for _ in range(max(batches))))
         for length, batch in cells:
-            first.append((length, batch, await _wave(session, url, rng, length, batch, max_tokens)))
+            seconds, cpu = await timed(length, batch)
+            probe.first.append((length, batch, seconds))
+            if cpu is not None:
+                probe.cpu_first[(length, batch)] = cpu
             for _ in range(repeats):
-                warm[(length, batch)].append(await _wave(session, url, rng, length, batch, max_tokens))
-    return first, warm
+                seconds, cpu = await timed(length, batch)
+                probe.warm[(length, batch)].append(seconds)
+                if cpu is not None:
+                    probe.cpu_warm[(length, batch)].append(cpu)
+    return probe
 
 
 async def _health(session: aiohttp.ClientSession, url: str) -> None:
@@ -798,9 +851,11 @@ class Bench:
                                  dict(env_extra or {}), config["engine"]["port"], config["runtime"]["port"])
 
     def probe_first(self, item: Launched, kind: str, mode: str, warmup: str, seed: int) -> None:
-        first, warm = asyncio.run(first_requests(item.engine_url, self.o.first_lengths, self.o.repeats, 16, seed,
-                                                 self.o.first_batches))
-        stats = first_request_stats(first, warm)
+        item.state()  # the runtime's engine pid (its process group), for the CPU counter
+        groups = set(item.engine_pids) if item.runtime_port is not None else {item.process.pid}
+        probe = asyncio.run(first_requests(item.engine_url, self.o.first_lengths, self.o.repeats, 16, seed,
+                                           self.o.first_batches, lambda: group_cpu_seconds(groups)))
+        stats = first_request_stats(probe.first, probe.warm, probe.cpu_first, probe.cpu_warm)
         self.report["firstRequest"].append({"start": item.name, "kind": kind, "mode": mode, "warmup": warmup,
                                             "lengths": [asdict(s) for s in stats]})
         self._say(f"{item.name}: first/warm " + ", ".join(f"{s.prompt_tokens}x{s.batch}:{_f(s.ratio)}x" for s in stats))

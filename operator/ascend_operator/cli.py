@@ -25,6 +25,7 @@ import yaml
 
 from ascend_operator.api import API_VERSION, KIND, SpecError, parse_spec
 from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler, routing_missing
+from ascend_operator.kvcheck import enforce_kv_transfer
 from ascend_operator.settings import SettingsError, load_settings
 
 EXIT_OK = 0
@@ -86,18 +87,23 @@ def _cmd_operator_run(args: argparse.Namespace) -> int:
 
     import ascend_operator.main  # noqa: F401  (registers the handlers)
 
-    from ascend_operator.handlers.handle_startup import SETTINGS_KEY
+    from ascend_operator.handlers.handle_startup import INSIGHTS_KEY, SETTINGS_KEY
+    from ascend_operator.rediscovery import new_insights
 
     namespaces = args.namespaces or settings.namespaces
     kopf.configure(verbose=args.verbose)
-    # The start-up handler lists what kopf will watch: the same namespaces.
-    memo = kopf.Memo({SETTINGS_KEY: settings.model_copy(update={"namespaces": list(namespaces)})})
+    # The start-up handler lists what kopf will watch: the same namespaces. kopf's insights are
+    # made here so that the start-up handler can watch the CRD being re-created (rediscovery).
+    insights = new_insights()
+    memo = kopf.Memo({SETTINGS_KEY: settings.model_copy(update={"namespaces": list(namespaces)}),
+                      INSIGHTS_KEY: insights})
     kopf.run(
         standalone=args.standalone or settings.standalone,
         namespaces=namespaces,
         clusterwide=not namespaces,
         liveness_endpoint=args.liveness,
         memo=memo,
+        insights=insights,
     )
     return EXIT_OK
 
@@ -156,6 +162,7 @@ def render_children(resource: dict[str, Any], namespace: str | None = None,
     spec = parse_spec(resource.get("spec") or {})
     target = meta.get("namespace") or namespace or "default"
     settings = load_settings()
+    enforce_kv_transfer(spec, settings)
     choice = choose_autoscaler(spec, settings, served)
     build_meta = BuildMeta(meta["name"], target, meta.get("generation"), annotations=dict(meta.get("annotations") or {}))
     children = build_children(build_meta, spec, settings, autoscaler=choice.kind,

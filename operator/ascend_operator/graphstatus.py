@@ -1,6 +1,7 @@
 """``status.graph``, ``status.warmup`` and the ``GraphModeFallback`` and ``LeakSuspected`` conditions (pure).
 
-From each replica's runtime state: the graph mode it runs and its fallbacks, the mode new pods
+From each replica's runtime state: the graph mode it runs and its fallbacks, its engine's
+relaunches (and the kubelet's restarts of its container, from the pod), the mode new pods
 start in (remembered after a deterministic capture or replay failure), the warmups' outcomes, and
 the leaks and hangs the runtimes suspect.
 """
@@ -35,10 +36,16 @@ def graph_status(replicas: list[Replica], previous: Mapping[str, Any], remembere
             mode=state.mode if state is not None else None,
             fallback_reason=(state.fallback_reason or None) if state is not None else None,
             image=replica.image or None,
+            # Set only when there are some: a quiet pod's report stays as it was.
+            engine_restarts=(state.engine_restarts or None) if state is not None else None,
+            container_restarts=replica.restarts or None,
+            resumed=state.resumed if state is not None else None,
         ))
     modes = {r.mode.value for r in reports if r.mode is not None}
     mode = modes.pop() if len(modes) == 1 else "Mixed" if modes else None
     return GraphStatus(replicas=reports, fallbacks=sum(r.fallbacks for r in reports), mode=mode,
+                       engine_restarts=sum(r.engine_restarts or 0 for r in reports) or None,
+                       container_restarts=sum(r.container_restarts or 0 for r in reports) or None,
                        **_remembered_mode(replicas, previous.get("graph") or {}, remembered_for))
 
 

@@ -20,11 +20,10 @@ from ascend_runtime.lora_support import check_lora_support
 from ascend_operator.api import AscendLLMDeploymentSpec, Platform, SpecError, display_model
 from ascend_operator.builders import build_engine_config, resolve_image
 from ascend_operator.builders.adapters import lora_enabled
+from ascend_operator.builders.imagetag import image_vllm_ascend  # noqa: F401  (re-exported)
 from ascend_operator.builders.modelcache import CachePlan, plan_cache
 from ascend_operator.settings import OperatorSettings
 
-#: The vllm-ascend version in an image tag: ``<tag>-vllm-ascend-v0.23.0[-a3]``.
-_TAG_VERSION = re.compile(r"vllm-ascend-(v?\d+(?:\.\d+)+(?:rc\d+)?)(?:-|$)")
 #: The engine config's field names in the runtime's messages, and the spec's fields they come from.
 _SPEC_FIELDS = {
     "engine.parallel.tensor": "spec.parallelism.tensor",
@@ -33,16 +32,6 @@ _SPEC_FIELDS = {
     "lora.enabled": "spec.lora.enabled",
 }
 _CONFIG_FIELD = re.compile(r"(?<![\w.])(" + "|".join(re.escape(key) for key in _SPEC_FIELDS) + r")(?![\w])")
-
-
-def image_vllm_ascend(image: str) -> str | None:
-    """The vllm-ascend version the image's tag names, or None (a digest, or no such part)."""
-    reference = image.split("@", 1)[0]
-    last = reference.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return None
-    match = _TAG_VERSION.search(last.split(":", 1)[1])
-    return match.group(1) if match else None
 
 
 def _in_spec_words(message: str) -> tuple[str, str]:

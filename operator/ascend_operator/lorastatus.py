@@ -71,6 +71,20 @@ def lora_status(spec: AscendLLMDeploymentSpec,
                       file_error=file_errors[0][:MAX_ERROR] if file_errors else None)
 
 
+def adapters_settling(lora: Mapping[str, Any] | None) -> bool:
+    """Whether a reporting replica has neither loaded nor failed an adapter of the spec yet (its
+    adapters file or the load is on the way), downloads aside (polled on their own). A load
+    changes no API object, so the operator polls the runtimes meanwhile; without it the status
+    caught up only at the next resync (on the real node, 60 s after the engines had loaded)."""
+
+    if not lora:
+        return False
+    replicas = lora.get("replicas", 0)
+    return any(adapter.get("loaded", 0) + adapter.get("failed", 0) < replicas
+               for adapter in lora.get("adapters", [])
+               if (adapter.get("download") or {}).get("phase", FetchPhase.COMPLETE.value) == FetchPhase.COMPLETE.value)
+
+
 def _failed_everywhere(lora: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     replicas = lora.get("replicas") or 0
     return {a["name"]: a for a in lora.get("adapters") or [] if replicas > 0 and a.get("failed") == replicas}

@@ -104,3 +104,21 @@ class ChildNames:
             runtime_service=safe_name(name, "runtime"),
             adapters=safe_name(name, "adapters"),
         )
+
+    @classmethod
+    def for_role(cls, name: str, role: str) -> ChildNames:
+        """The children's names of one disaggregation role (``prefill`` / ``decode``) of resource
+        ``name``: its workload, ConfigMap, Service and autoscaler get the role as a suffix; the
+        runtime Service is the resource's (it selects every engine pod)."""
+        base = safe_name(name, role)
+        return cls(
+            deployment=base,
+            service=base,
+            configmap=safe_name(name, f"{role}-config"),
+            pdb=base,
+            leaderworkerset=safe_name(name, f"{role}-lws", MAX_LWS_NAME_LENGTH),
+            hpa=base,
+            scaled_object=base,
+            runtime_service=safe_name(name, "runtime"),
+            adapters=safe_name(name, "adapters"),
+        )

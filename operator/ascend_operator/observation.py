@@ -14,6 +14,16 @@ from ascend_operator.routingstatus import RoutingObservation
 
 
 @dataclass(frozen=True)
+class RoleObservation:
+    """One disaggregation role's workload as built: its name, the config hash its pods must carry
+    and its pods per replica (the role's pods are those labelled ``llm.ascend.dev/pd-role``)."""
+
+    workload: str
+    template_hash: str | None
+    nodes_per_replica: int = 1
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the reconcile saw of one resource, besides its spec.
 
@@ -53,3 +63,5 @@ class Observation:
     lora_warnings: Sequence[str] = ()
     #: None while spec.routing is off.
     routing: RoutingObservation | None = None
+    #: spec.disaggregation: role name (``prefill`` / ``decode``) -> its workload; empty otherwise.
+    roles: Mapping[str, RoleObservation] = field(default_factory=dict)

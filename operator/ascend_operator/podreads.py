@@ -4,14 +4,20 @@ A second client beside :class:`ascend_operator.k8s.Kube`: in a pod the operator 
 IP over plain HTTP; outside the cluster (``STATE_READ`` proxy) it reads through the API server's
 pod proxy, which :meth:`Kube.proxy_get` sends (``k8s`` stays the one module that talks to the API
 server). A read that fails for any reason (no pod IP yet, runtime not listening, timeout,
-malformed answer) gives ``None`` ("unknown"), logged at debug.
+malformed answer) gives ``None`` ("unknown"), logged at debug. A pod whose state could not be
+read is not asked again until its pod object changes or its retry is due (after the progress
+poll interval, doubling to :data:`UNREADABLE_RETRY_MAX_S`): at 1,000 resources
+the resyncs' reads of runtimes that do not answer (through the pod proxy, every one a request to
+the API server) were a tenth of the operator's CPU while idle (bench/README.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -30,13 +36,67 @@ STATE_PATH = "state"
 #: What a fetch Job's pod serves on its port (ascend_runtime.fetch).
 PROGRESS_PATH = "progress"
 _Doc = TypeVar("_Doc", bound=BaseModel)
+#: The longest an unreadable pod's state goes unasked while its pod does not change (seconds).
+UNREADABLE_RETRY_MAX_S = 300.0
+
+
+@dataclass(frozen=True)
+class StateTarget:
+    """A running pod whose runtime state a pass reads: its name, IP and ``resourceVersion``."""
+
+    name: str
+    ip: str | None
+    version: str | None
+
+
+def state_targets(pods: Sequence[Mapping[str, Any]]) -> tuple[StateTarget, ...]:
+    """The pods whose state is worth reading: running, not being deleted."""
+
+    return tuple(StateTarget(pod["metadata"]["name"], (pod.get("status") or {}).get("podIP"),
+                             pod["metadata"].get("resourceVersion"))
+                 for pod in pods
+                 if (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"))
+
+
+class Unreadable:
+    """Pods whose state could not be read: (namespace, name) -> (pod version, failures, retry time)."""
+
+    def __init__(self, base_s: float, max_s: float = UNREADABLE_RETRY_MAX_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._base_s, self._max_s, self._clock = base_s, max_s, clock
+        self._held: dict[tuple[str, str], tuple[str | None, int, float]] = {}
+        self._sweep_at = 1024
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def due(self, namespace: str, target: StateTarget) -> bool:
+        """Whether to read the pod now: never failed, changed since, or its retry is due."""
+        held = self._held.get((namespace, target.name))
+        return held is None or held[0] != target.version or self._clock() >= held[2]
+
+    def failed(self, namespace: str, target: StateTarget) -> None:
+        now, key = self._clock(), (namespace, target.name)
+        held = self._held.get(key)
+        failures = held[1] + 1 if held is not None and held[0] == target.version else 1
+        delay = min(self._max_s, self._base_s * 2 ** min(failures - 1, 30))
+        self._held[key] = (target.version, failures, now + delay)
+        if len(self._held) >= self._sweep_at:  # pods gone since: their retry time is long past
+            self._held = {k: v for k, v in self._held.items() if v[2] > now - 2 * self._max_s}
+            self._sweep_at = 2 * len(self._held) + 1024
+
+    def read(self, namespace: str, name: str) -> None:
+        self._held.pop((namespace, name), None)
 
 
 class PodReader:
     """The runtime states and fetch progress of pods, read from their IPs or through the pod proxy."""
 
-    def __init__(self, kube: Kube, *, timeout_s: float, via_proxy: bool = True) -> None:
+    def __init__(self, kube: Kube, *, timeout_s: float, via_proxy: bool = True, retry_base_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._kube = kube
+        #: Pods whose state could not be read, asked again after ``retry_base_s``, doubling.
+        self.unreadable = Unreadable(retry_base_s, clock=clock)
         self._timeout_s = timeout_s
         #: Read through the API server's pod proxy (True) or straight from the pod IP.
         self._via_proxy = via_proxy
@@ -86,13 +146,23 @@ class PodReader:
                           port: int = DEFAULT_RUNTIME_PORT) -> dict[str, RuntimeState | None]:
         """States of the running pods (concurrently); pods not running get ``None`` unasked."""
 
-        names = [pod["metadata"]["name"] for pod in pods]
-        running = [name for pod, name in zip(pods, names, strict=True)
-                   if (pod.get("status") or {}).get("phase") == "Running"
-                   and not pod["metadata"].get("deletionTimestamp")]
-        ips = {pod["metadata"]["name"]: (pod.get("status") or {}).get("podIP") for pod in pods}
-        states = await asyncio.gather(*(self.read_state(namespace, name, port, pod_ip=ips[name])
-                                        for name in running))
-        result: dict[str, RuntimeState | None] = dict.fromkeys(names)
-        result.update(zip(running, states, strict=True))
+        result: dict[str, RuntimeState | None] = dict.fromkeys(pod["metadata"]["name"] for pod in pods)
+        result.update(await self.read_targets(namespace, state_targets(pods), port))
+        return result
+
+    async def read_targets(self, namespace: str, targets: Sequence[StateTarget],
+                           port: int = DEFAULT_RUNTIME_PORT) -> dict[str, RuntimeState | None]:
+        """States of ``targets`` (concurrently); ``None`` for one that fails, or that failed before
+        and is not due again (:class:`Unreadable`)."""
+
+        due = [target for target in targets if self.unreadable.due(namespace, target)]
+        states = await asyncio.gather(*(self.read_state(namespace, target.name, port, pod_ip=target.ip)
+                                        for target in due))
+        result: dict[str, RuntimeState | None] = {target.name: None for target in targets}
+        for target, state in zip(due, states, strict=True):
+            if state is None:
+                self.unreadable.failed(namespace, target)
+            else:
+                self.unreadable.read(namespace, target.name)
+            result[target.name] = state
         return result

@@ -66,6 +66,15 @@ def violations(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> lis
             f"({_shown(settings.cache_host_path_prefixes)}); use create or claimName, or ask the administrator "
             "to allow a node cache directory",
         ))
+    shared = spec.disaggregation.shared_storage_path if spec.disaggregation is not None else None
+    if shared is not None and cache_prefix(shared, settings) is None:
+        # A writable node directory, like a node cache: the same prefixes, namespaced the same way.
+        found.append(Violation(
+            "spec.disaggregation.sharedStoragePath", "CACHE_HOST_PATH_PREFIXES",
+            f"host path {shared} is not under an allowed cache prefix "
+            f"({_shown(settings.cache_host_path_prefixes)}); use connector NixlConnector, or ask the "
+            "administrator to allow a node cache directory",
+        ))
     for index, adapter in enumerate(spec.lora.adapters if spec.lora is not None else ()):
         node = adapter.source.host_path
         if node is not None and not any(_under(node.path, p) for p in settings.host_path_prefixes):

@@ -73,6 +73,8 @@ class Replica:
     #: LeaderWorkerSet group and worker index (labels), None on other pods.
     group: int | None = None
     worker: int | None = None
+    #: The kubelet's restarts of the pod's containers (``containerStatuses[].restartCount``).
+    restarts: int = 0
 
 
 def _pod_condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -90,6 +92,13 @@ def _waiting_failure(pod: Mapping[str, Any]) -> str | None:
             detail = waiting.get("message")
             return f"container {container.get('name')}: {waiting['reason']}" + (f" ({detail})" if detail else "")
     return None
+
+
+def container_restarts(pod: Mapping[str, Any]) -> int:
+    """The kubelet's restarts of the pod's containers (init containers not counted)."""
+
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(container.get("restartCount") or 0) for container in statuses)
 
 
 def _pod_image(pod: Mapping[str, Any]) -> str | None:
@@ -168,6 +177,7 @@ def pod_replicas(observation: Observation) -> list[Replica]:
             npus=_npus(pod, observation.resource_name),
             group=_int_label(labels, LWS_GROUP_INDEX_LABEL),
             worker=_int_label(labels, LWS_WORKER_INDEX_LABEL),
+            restarts=container_restarts(pod),
         ))
     return sorted(replicas, key=lambda replica: replica.name)
 
@@ -218,6 +228,7 @@ def group_replicas(pods: list[Replica], size: int) -> tuple[list[Replica], list[
             name=head.name, phase=phase, why=why, ready=ready, updated=all(m.updated for m in members),
             state=leader.state if leader is not None else None, image=head.image, created=head.created,
             npus=sum(m.npus for m in members), group=index, worker=0,
+            restarts=sum(m.restarts for m in members),
         ))
         if not ready:
             nodes = [NodeBehind(pod=m.name, worker_index=m.worker, phase=m.phase.value, reason=m.why)

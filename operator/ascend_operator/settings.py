@@ -208,6 +208,10 @@ class OperatorSettings(BaseSettings):
     prometheus_instance_label: str = Field(
         "app_kubernetes_io_instance", description="Series label holding the resource name."
     )
+    prometheus_role_label: str = Field(
+        "llm_ascend_dev_pd_role",
+        description="Series label holding a pod's disaggregation role (the chart's ServiceMonitor copies it).",
+    )
     # KEDA polls Prometheus every 15 s: queue length moves in seconds, and a replica takes
     # minutes to start, so polling faster buys nothing.
     keda_polling_interval_s: int = Field(15, ge=1, le=3600, description="ScaledObject pollingInterval.")
@@ -231,6 +235,13 @@ class OperatorSettings(BaseSettings):
     epp_image: str = Field(
         "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0",
         description="Endpoint Picker image of spec.routing (the llm-d router's EPP, v0.10.0 flags and config).",
+    )
+    routing_sidecar_image: str = Field(
+        "ghcr.io/llm-d/llm-d-router-disagg-sidecar:v0.10.0",
+        description=(
+            "The llm-d routing sidecar on the decode pods of a disaggregated resource with spec.routing "
+            "(the same llm-d router release as the EPP)."
+        ),
     )
     routing_gateway_name: str | None = Field(
         None, description="Gateway the HTTPRoutes attach to when spec.routing.gateway is unset; None: no route."

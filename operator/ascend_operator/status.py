@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,8 @@ from ascend_operator.api import (
     AscendLLMDeploymentSpec,
     AscendLLMDeploymentStatus,
     Phase,
+    RolesStatus,
+    RoleStatus,
     display_chip,
     display_model,
 )
@@ -63,8 +66,10 @@ from ascend_operator.conditions import (
 )
 from ascend_operator.graphstatus import fallback_condition, graph_status, leak_condition, warmup_status
 from ascend_operator.lorastatus import lora_events, lora_status
-from ascend_operator.observation import Observation
+from ascend_operator.builders.common import PD_ROLE_LABEL
+from ascend_operator.observation import Observation, RoleObservation
 from ascend_operator.replicastatus import (
+    Replica,
     aggregate_phase,
     group_replicas,
     npu_wait_condition,
@@ -75,7 +80,7 @@ from ascend_operator.routingstatus import ROUTING_DISABLED, RoutingObservation, 
 from ascend_operator.tunedstatus import tuned_defaults_status
 
 #: What callers of this module build its input from (re-exported: the status's inputs in one place).
-__all__ = ["AutoscalingObservation", "Observation", "RoutingObservation", "compute_status",
+__all__ = ["AutoscalingObservation", "Observation", "RoleObservation", "RoutingObservation", "compute_status",
            "invalid_spec_status", "resource_status", "status_patch", "transition_events"]
 
 LORA_LIMITATION = "KnownEngineLimitation"
@@ -98,12 +103,23 @@ def resource_status(
 
     previous = previous or {}
     pods = pod_replicas(observation)
-    multi_node = observation.nodes_per_replica > 1
-    replicas, behind = group_replicas(pods, observation.nodes_per_replica) if multi_node else (pods, [])
-    wanted = spec.replicas
+    roles = {role: _role_replicas(observation, role, info) for role, info in observation.roles.items()}
+    if roles:
+        multi_node = any(info.nodes_per_replica > 1 for info in observation.roles.values())
+        replicas = [r for role_replicas, _ in roles.values() for r in role_replicas]
+        behind = [b for _, role_behind in roles.values() for b in role_behind]
+        wanted = sum(_desired(spec, role) for role in roles)
+    else:
+        multi_node = observation.nodes_per_replica > 1
+        replicas, behind = group_replicas(pods, observation.nodes_per_replica) if multi_node else (pods, [])
+        wanted = spec.replicas
     ready = sum(1 for r in replicas if r.ready)
     updated = sum(1 for r in replicas if r.updated)
     phase, why = aggregate_phase(wanted, replicas, ready)
+    short = [f"{role} {sum(r.ready for r in rs)}/{_desired(spec, role)} ready" for role, (rs, _) in roles.items()
+             if sum(r.ready for r in rs) < _desired(spec, role)]
+    if phase == Phase.READY and short:  # a surplus of one role does not make up for the other
+        phase, why = Phase.DEGRADED, f"{why}; {', '.join(short)}"
     generation = observation.generation
     cache = observation.cache
     downloading = cache is not None and cache.held_back and cache.state is not None
@@ -200,8 +216,30 @@ def resource_status(
         lora=lora_status(spec, [(replica.name, replica.state) for replica in replicas],
                          observation.adapter_downloads),
         routing=routing,
+        roles=RolesStatus(**{role: _role_status(spec, role, observation.roles[role].workload, rs)
+                             for role, (rs, _) in roles.items()}) if roles else None,
         conditions=ordered(conditions),
     )
+
+
+def _desired(spec: AscendLLMDeploymentSpec, role: str) -> int:
+    assert spec.disaggregation is not None
+    return getattr(spec.disaggregation, role).replicas
+
+
+def _role_replicas(observation: Observation, role: str, info: RoleObservation) -> tuple[list[Replica], list[Any]]:
+    """One role's replicas (its pods by label, checked against its own config hash) and its groups behind."""
+    pods = [pod for pod in observation.pods
+            if ((pod.get("metadata") or {}).get("labels") or {}).get(PD_ROLE_LABEL) == role]
+    mine = pod_replicas(replace(observation, pods=pods, template_hash=info.template_hash))
+    return group_replicas(mine, info.nodes_per_replica) if info.nodes_per_replica > 1 else (mine, [])
+
+
+def _role_status(spec: AscendLLMDeploymentSpec, role: str, workload: str, replicas: list[Replica]) -> RoleStatus:
+    modes = {r.state.mode.value for r in replicas if r.state is not None and r.state.mode is not None}
+    return RoleStatus(workload=workload, desired_replicas=_desired(spec, role), replicas=len(replicas),
+                      ready_replicas=sum(1 for r in replicas if r.ready),
+                      mode=modes.pop() if len(modes) == 1 else "Mixed" if modes else None)
 
 
 def compute_status(

@@ -88,6 +88,10 @@ class WatchCache:
         self._groups: dict[tuple[str, str, str], dict[str, tuple[int, str, int]]] = {}
         #: (kind, namespace, name) -> label value, to find an object by name.
         self._labels: dict[tuple[str, str, str], str] = {}
+        #: (namespace, label value) -> [the number of the last change to one of its objects, how
+        #: many it has] (kept while it has any); numbers only grow, so one names one state.
+        self._changed: dict[tuple[str, str], list[int]] = {}
+        self._changes = 0
 
     def __len__(self) -> int:
         return len(self._labels)
@@ -110,9 +114,22 @@ class WatchCache:
             if old_label != label:  # relabelled: it belongs to another resource now
                 self.remove(kind, namespace, name)
         text = json.dumps(slim(body), separators=(",", ":"), ensure_ascii=False)
-        self._groups.setdefault((kind, namespace, label), {})[name] = (version, text, _mark(body, version))
+        group = self._groups.setdefault((kind, namespace, label), {})
+        held = group.get(name)
+        if held is None or held[0] != version or held[1] != text:  # not the same object again
+            self._changes += 1
+            entry = self._changed.setdefault((namespace, label), [0, 0])
+            entry[0] = self._changes
+            entry[1] += held is None
+        group[name] = (version, text, _mark(body, version))
         self._labels[kind, namespace, name] = label
         return True
+
+    def changed(self, namespace: str, label: str) -> int:
+        """A number that changes whenever any object of the resource (label value ``label``) is
+        added, changed or removed, and only then (0: it has none and never had; none parsed)."""
+        entry = self._changed.get((namespace, label))
+        return entry[0] if entry is not None else 0
 
     def version(self, kind: str, namespace: str, name: str) -> int | None:
         """The ``resourceVersion`` held for the object, if any."""
@@ -138,6 +155,11 @@ class WatchCache:
             return
         del self._labels[kind, namespace, name]
         group.pop(name, None)
+        self._changes += 1
+        entry = self._changed[namespace, label]
+        entry[0], entry[1] = self._changes, entry[1] - 1
+        if not entry[1]:
+            del self._changed[namespace, label]
         if not group:
             self._groups.pop((kind, namespace, label), None)
 

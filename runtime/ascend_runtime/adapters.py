@@ -26,6 +26,8 @@ import enum
 import hashlib
 import json
 import logging
+import os
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -152,6 +154,31 @@ def download_problem(adapter: Adapter) -> str | None:
         return f"the adapter's cache marker {adapter.cache_marker} cannot be used: {first}"
     incomplete = marker.incomplete(adapter.path)
     return f"the adapter's download is incomplete: {incomplete}" if incomplete is not None else None
+
+
+def _readable(path: str) -> bool:
+    return os.access(path, os.R_OK)
+
+
+def access_problem(adapter: Adapter, readable: Callable[[str], bool] = _readable) -> str | None:
+    """Files in the adapter's directory that this process (the engine's user) cannot read, which
+    vLLM reports as "No adapter found"; None when all can be read or the directory is not there
+    (vLLM's own error names the path then)."""
+
+    try:
+        files = sorted((entry.name, entry.path) for entry in os.scandir(adapter.path) if entry.is_file())
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"the adapter directory {adapter.path} cannot be listed by the engine's user (uid {os.getuid()}): " \
+               f"{error.strerror}"
+    unreadable = [(name, path) for name, path in files if not readable(path)]
+    if not unreadable:
+        return None
+    info = os.stat(unreadable[0][1])
+    return (f"{', '.join(name for name, _ in unreadable)} in {adapter.path} not readable by the engine's user "
+            f"(uid {os.getuid()}; {unreadable[0][0]}: mode {stat.S_IMODE(info.st_mode):04o}, owner uid {info.st_uid}): "
+            "make the adapter's files readable by that user, e.g. mode 0644")
 
 
 class AdapterRequestError(RuntimeError):
@@ -291,7 +318,8 @@ class AdapterReconciler:
         for action in plan_actions(desired, loaded):
             if self._retry_at.get(action.name, 0.0) > self.monotonic():
                 continue
-            problem = download_problem(entries[action.name]) if action.kind is not ActionKind.UNLOAD else None
+            problem = (download_problem(entries[action.name]) or access_problem(entries[action.name])
+                       if action.kind is not ActionKind.UNLOAD else None)
             if problem is not None:
                 self._fail(action.name, action.path, problem)
                 continue

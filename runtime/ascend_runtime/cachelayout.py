@@ -59,6 +59,7 @@ __all__ = [
     "snapshot_files",
     "marker_path",
     "model_dir",
+    "repo_dir",
 ]
 
 #: Bumped when the layout or the marker's meaning changes; a marker of another version is not ours.
@@ -226,6 +227,10 @@ class FetchRequest(_Model):
         return model_dir(self.cache_root, self.hub, self.repo_id, self.revision)
 
     @property
+    def repo_dir(self) -> PurePosixPath:
+        return repo_dir(self.cache_root, self.hub, self.repo_id)
+
+    @property
     def marker_path(self) -> PurePosixPath:
         return marker_path(self.cache_root, self.hub, self.repo_id, self.revision)
 
@@ -233,6 +238,13 @@ class FetchRequest(_Model):
 def _revision_base(cache_root: str, hub: Hub | str, repo_id: str) -> PurePosixPath:
     org, name = _split_repo(repo_id)
     return PurePosixPath(cache_root) / "models" / Hub(hub).value / org / name
+
+
+def repo_dir(cache_root: str, hub: Hub | str, repo_id: str) -> PurePosixPath:
+    """The repo's directory: its snapshots, markers and locks, and nothing else. All a fetch of
+    the repo writes, so the fetch's pod mounts only this directory of the cache writable."""
+
+    return _revision_base(cache_root, hub, repo_id)
 
 
 def model_dir(cache_root: str, hub: Hub | str, repo_id: str, revision: str | None) -> PurePosixPath:

@@ -30,6 +30,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from ascend_runtime.weightsload import WeightsLoader, WeightsStorage
+
 #: libyaml's safe dumper where PyYAML has it (the same text as yaml.safe_dump, about five times
 #: faster: the operator renders a config on every reconcile pass).
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -176,6 +178,20 @@ class EngineOptions(_Model):
             "Apply vllm-ascend's tutorial settings for the model's class and the installed version "
             "(ascend_runtime.tuning; docs/tuned-defaults.md); None (left out) means true, false turns "
             "them off. What the user sets always wins."
+        ),
+    )
+    weights_loader: WeightsLoader | None = Field(
+        None,
+        description=(
+            "How the engine reads the weights (ascend_runtime.weightsload; docs/weights-loading.md): None "
+            "(left out) means auto, which picks per weightsStorage; a loader the installed vLLM lacks is refused."
+        ),
+    )
+    weights_storage: WeightsStorage | None = Field(
+        None,
+        description=(
+            "Where the weights are read from (set by the operator from the source and cache kind); None "
+            "(left out) means local."
         ),
     )
 
@@ -404,6 +420,39 @@ class DistributedConfig(_Model):
         return []
 
 
+class KvParallel(_Model):
+    """One role's parallel sizes, as the KV connector sees them."""
+
+    tensor: int = Field(1, ge=1, le=64)
+    pipeline: int = Field(1, ge=1, le=64)
+    data: int = Field(1, ge=1, le=1024)
+
+
+class KvTransferConfig(_Model):
+    """Prefill/decode KV transfer and host-memory KV offload of this engine (``--kv-transfer-config``).
+
+    The runtime renders the flag with :func:`ascend_runtime.kvtransfer.render_kv_transfer` for the
+    vllm-ascend version installed in the pod, ``engine_id`` = this pod's name (``POD_NAME``), and,
+    with offload, the model's geometry from its ``config.json``. Names and values are the
+    renderer's (:class:`ascend_runtime.kvtransfer.KvTransferInputs`); kept as plain strings here so
+    this module imports nothing but pydantic.
+    """
+
+    role: Literal["prefill", "decode"] | None = Field(None, description="This engine's role; None: offload only.")
+    prefill: KvParallel | None = Field(None, description="The prefill role's parallel sizes.")
+    decode: KvParallel | None = Field(None, description="The decode role's parallel sizes.")
+    connector: str | None = Field(None, description="kv_connector; None: the default for the version.")
+    kv_port: int | None = Field(None, ge=1024, le=65535)
+    npus_per_node: int = Field(8, ge=1, le=64, description="NPUs of a node (the transfer engine's port range).")
+    transport: str = Field("default", description="default, fabricMem, roce or bufferPool.")
+    connect_timeout_ms: int | None = Field(None, ge=1)
+    transfer_timeout_ms: int | None = Field(None, ge=1)
+    rank_table_path: str | None = None
+    shared_storage_path: str | None = None
+    side_channel_port: int | None = Field(None, ge=1024, le=65535)
+    offload_gib: float | None = Field(None, gt=0)
+
+
 class LoraConfig(_Model):
     """LoRA serving: engine flags fixed at launch (a change restarts the engine).
 
@@ -563,6 +612,9 @@ class EngineConfig(_Model):
         None, description="Keep vLLM's and TorchAir's compile caches here across launches, pods and restarts."
     )
     lora: LoraConfig | None = Field(None, description="LoRA adapters; None: LoRA off.")
+    kv_transfer: KvTransferConfig | None = Field(
+        None, description="Prefill/decode KV transfer and KV offload; None: neither."
+    )
 
     @field_validator("schema_version")
     @classmethod

@@ -12,18 +12,32 @@ LoRA flags, ``--shutdown-timeout``) are in ``docs/engine-flags.md``, with their 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from packaging.version import Version
 
 from ascend_runtime.adaptergate import MIDDLEWARE as ADAPTER_GATE_MIDDLEWARE
-from ascend_runtime.config import Chip, EngineConfig, GraphMode
+from ascend_runtime.config import Chip, EngineConfig, GraphMode, KvTransferConfig
+from ascend_runtime.kvtransfer import (
+    Connector,
+    KvGeometry,
+    KvPlatform,
+    KvTransferInputs,
+    KvTransferPlan,
+    Parallelism,
+    PdRole,
+    Transport,
+    render_kv_transfer,
+)
 from ascend_runtime.ladder import ALL_MODES, MODES_310P, MODES_EAGER, MODES_PIECEWISE, ladder
 from ascend_runtime.ladder import effective as effective_mode
 from ascend_runtime.lora_support import check_lora_support
 from ascend_runtime.versions import Versions, parse_version
+from ascend_runtime.weightsload import LoaderChoice, WeightsLoader, WeightsStorage
+from ascend_runtime.weightsload import resolve as resolve_loader
 
 __all__ = [
     "ADDITIONAL_CONFIG_KEYS",
@@ -34,6 +48,7 @@ __all__ = [
     "engine_era",
     "graph_ladder",
     "known_additional_config_keys",
+    "loader_choice",
     "render_engine_command",
     "supported_modes",
 ]
@@ -300,6 +315,8 @@ class EngineCommand:
     mode: GraphMode
     #: The flag dialect used (``ERA_*``), for logs and ``ascend-llm flags``.
     era: str = ""
+    #: The weights loader and why (``engine.weightsLoader``; ascend_runtime.weightsload).
+    loader: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -308,6 +325,7 @@ class EngineCommand:
             "warnings": self.warnings,
             "mode": self.mode.value,
             "era": self.era,
+            "weightsLoader": self.loader,
         }
 
 
@@ -350,6 +368,14 @@ LORA_OWNED_FLAGS: dict[str, tuple[bool, str]] = {
     "--max-cpu-loras": (True, "lora.maxCpuLoras"),
     "--lora-modules": (True, "the adapters file (lora.adaptersFile), which the runtime loads while serving"),
 }
+#: Flags the runtime owns while ``kv_transfer`` is set (removed from extra_args then).
+KV_OWNED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--kv-transfer-config": (True, "kv_transfer (spec.disaggregation / spec.kvOffload)"),
+    "--kv-offloading-size": (True, "kv_transfer.offloadGib (spec.kvOffload.sizeGiB)"),
+    "--kv-offloading-backend": (True, "kv_transfer (spec.kvOffload)"),
+}
+#: The variable the pod sets from its own name (downward API): the engine_id of its KV connector.
+POD_NAME_ENV = "POD_NAME"
 #: Owned flags that take one or more values (the others take one).
 _MULTI_VALUE_FLAGS = ("--served-model-name", "--lora-modules")
 #: vLLM serves /v1/load_lora_adapter and /v1/unload_lora_adapter only with this set to True.
@@ -661,6 +687,26 @@ def _additional_config(
     return out
 
 
+#: vLLM's CPU backend binds its OpenMP threads to cores it picks (``auto``: the first cores of a
+#: NUMA node, one core kept for the rest) or to a list; ``nobind`` leaves them to the kernel.
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def cpu_binding_env(versions: Versions, env: Mapping[str, str], base_env: Mapping[str, str]) -> dict[str, str]:
+    """``VLLM_CPU_OMP_THREADS_BIND=nobind`` for vLLM's CPU backend in a container that shares the
+    node's cores, unless engine.env or the image sets it.
+
+    ``auto`` picks the same core ids in every container that sees the whole machine, so every
+    engine on a node binds to core 0: on the real node a second engine's worker, starting beside
+    one that served requests, got under 1 % of a core for minutes (a RollingUpdate never finished,
+    tests/node/test_node_restarts.py). With exclusive CPUs (the kubelet's static CPU manager, a
+    Guaranteed pod) the cpuset is the container's own and ``auto`` binds within it."""
+
+    if versions.platform != "cpu" or not versions.shared_cpus or CPU_BIND_ENV in env or CPU_BIND_ENV in base_env:
+        return {}
+    return {CPU_BIND_ENV: "nobind"}
+
+
 def _engine_env(
     config: EngineConfig,
     versions: Versions,
@@ -677,6 +723,7 @@ def _engine_env(
                 "the adapters of lora.adaptersFile through vLLM's runtime LoRA endpoints"
             )
         env[LORA_RUNTIME_UPDATING_ENV] = "True"
+    env.update(cpu_binding_env(versions, env, base_env))
     if versions.platform != "ascend":
         return env
     for key, value in (("TASK_QUEUE_ENABLE", "1"), ("OMP_NUM_THREADS", "1")):
@@ -692,6 +739,16 @@ def _engine_env(
     return env
 
 
+def loader_choice(config: EngineConfig, versions: Versions, vllm: Version | None = None) -> LoaderChoice:
+    """The weights loader flags for ``config`` on the installed versions (``error`` set: refuse)."""
+    if vllm is None:
+        vllm = _vllm_version(versions, [])
+    engine = config.engine
+    return resolve_loader(engine.weights_loader or WeightsLoader.AUTO, engine.weights_storage or WeightsStorage.LOCAL,
+                          vllm, versions.platform, engine.extra_args,
+                          streamer_installed=versions.runai_streamer is not None)
+
+
 def render_engine_command(
     config: EngineConfig,
     versions: Versions,
@@ -700,6 +757,7 @@ def render_engine_command(
     base_env: Mapping[str, str] | None = None,
     command: Sequence[str] | None = None,
     distributed_args: Sequence[str] | None = None,
+    kv_geometry: KvGeometry | None = None,
 ) -> EngineCommand:
     """The argv and env overlay that start the engine in ``mode`` on the installed versions.
 
@@ -707,7 +765,9 @@ def render_engine_command(
     image already sets alone). A mode the engine or chip cannot run is demoted (with a warning).
     ``command`` replaces ``engine.command``; ``distributed_args`` (a multi-node role's flags, from
     :func:`ascend_runtime.distributed.plan_distributed`) go after the parallel sizes, and the flags
-    in :data:`DISTRIBUTED_OWNED_FLAGS` are then removed from ``engine.extra_args``.
+    in :data:`DISTRIBUTED_OWNED_FLAGS` are then removed from ``engine.extra_args``. With
+    ``kv_transfer`` the ``--kv-transfer-config`` comes from :func:`kv_transfer_plan` (``kv_geometry``:
+    the model's, else read from its ``config.json`` when offload needs it).
     """
 
     warnings: list[str] = []
@@ -723,7 +783,11 @@ def render_engine_command(
     mode = effective
 
     vllm = _vllm_version(versions, warnings)
+    loader = loader_choice(config, versions, vllm)
+    if loader.error:
+        raise ValueError(loader.error)
     argv = _base_args(config, vllm, warnings, command, distributed_args or ())
+    argv += loader.args
     if mode is GraphMode.EAGER:
         argv.append("--enforce-eager")
     else:
@@ -737,6 +801,70 @@ def render_engine_command(
     owned_flags = _OWNED_FLAGS if distributed_args is None else {**_OWNED_FLAGS, **DISTRIBUTED_OWNED_FLAGS}
     if _lora_on(config):
         owned_flags = {**owned_flags, **LORA_OWNED_FLAGS}
+    kv_plan = None
+    if config.kv_transfer is not None:
+        owned_flags = {**owned_flags, **KV_OWNED_FLAGS}
+        kv_plan = kv_transfer_plan(config, versions, base_env or {}, kv_geometry)
+        argv += kv_plan.args()
     argv += _filter_extra_args(list(config.engine.extra_args), emitted, warnings, owned_flags)
     env = _engine_env(config, versions, mode, base_env or {}, warnings)
-    return EngineCommand(argv=argv, env=env, warnings=warnings, mode=mode, era=era)
+    if kv_plan is not None:
+        env.update({key: value for key, value in kv_plan.env.items() if key not in env})
+    described = f"{loader.loader.value if loader.loader else 'engine default'} ({loader.reason})"
+    return EngineCommand(argv=argv, env=env, warnings=warnings, mode=mode, era=era, loader=described)
+
+
+def kv_inputs(
+    kv: KvTransferConfig, platform: str, vllm_ascend: str | None, engine_id: str | None,
+    geometry: KvGeometry | None = None,
+) -> KvTransferInputs:
+    """The renderer's inputs for this engine's ``kv_transfer`` section."""
+    role = PdRole(kv.role) if kv.role else None
+
+    def sizes(p: Any) -> Parallelism | None:
+        return None if p is None else Parallelism(tensor=p.tensor, data=p.data, pipeline=p.pipeline)
+
+    mine, peer = (kv.prefill, kv.decode) if role is PdRole.PREFILL else (kv.decode, kv.prefill)
+    extra: dict[str, Any] = {}
+    if kv.side_channel_port is not None:
+        extra["side_channel_port"] = kv.side_channel_port
+    return KvTransferInputs(
+        platform=KvPlatform.CPU if platform == "cpu" else KvPlatform.ASCEND,
+        role=role,
+        parallel=sizes(mine) or Parallelism(),
+        peer=sizes(peer) if role is not None else None,
+        vllm_ascend=vllm_ascend,
+        connector=Connector(kv.connector) if kv.connector else None,
+        kv_port=kv.kv_port,
+        npus_per_node=kv.npus_per_node,
+        engine_id=engine_id,
+        transport=Transport(kv.transport),
+        connect_timeout_ms=kv.connect_timeout_ms,
+        transfer_timeout_ms=kv.transfer_timeout_ms,
+        rank_table_path=kv.rank_table_path,
+        shared_storage_path=kv.shared_storage_path,
+        offload_gib=kv.offload_gib,
+        geometry=geometry,
+        **extra,
+    )
+
+
+def model_geometry(model_path: str) -> KvGeometry | None:
+    """The KV geometry from ``<model_path>/config.json``, or None (a hub id, no file yet)."""
+    path = Path(model_path) / "config.json"
+    try:
+        return KvGeometry.from_hf_config(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def kv_transfer_plan(
+    config: EngineConfig, versions: Versions, base_env: Mapping[str, str], geometry: KvGeometry | None = None
+) -> KvTransferPlan:
+    """The KV transfer plan of this engine; raises ``KvTransferError`` (a ``ValueError``) naming the field."""
+    kv = config.kv_transfer
+    assert kv is not None
+    if geometry is None and kv.offload_gib is not None:
+        geometry = model_geometry(config.model.path)
+    engine_id = base_env.get(POD_NAME_ENV) or None
+    return render_kv_transfer(kv_inputs(kv, versions.platform, versions.vllm_ascend, engine_id, geometry))

@@ -47,7 +47,7 @@ class LadderFile:
 
     def __init__(self, state_dir: str, identity: dict[str, Any]) -> None:
         self.path = Path(state_dir) / LADDER_FILE
-        self.identity = identity  # ladder, image and model: a file for anything else is not ours
+        self.identity = identity  # image and model: a file for anything else is not ours
 
     def load(self) -> dict[str, Any] | None:
         try:
@@ -58,7 +58,7 @@ class LadderFile:
             log.warning("ignoring %s (%s); starting at the top of the ladder", self.path, error)
             return None
         if not isinstance(data, dict) or data.get("identity") != self.identity:
-            log.info("%s was written for another ladder, image or model; starting at the top", self.path)
+            log.info("%s was written for another image or model; starting at the top", self.path)
             return None
         return data
 
@@ -85,9 +85,11 @@ class LeaderRole:
         self.rung = 0
         self._file: LadderFile | None = None
         if self.config.runtime.state_dir:
+            # Not the ladder itself: the operator's remembered mode (graph.startMode) reaches a
+            # running pod's ConfigMap after its first fallback and shortens the ladder, and the
+            # next container must still resume (seen on a real kubelet, tests/node).
             self._file = LadderFile(self.config.runtime.state_dir, {
-                "ladder": [mode.value for mode in self.ladder], "image": self.config.image,
-                "model": self.config.model.path,
+                "image": self.config.image, "model": self.config.model.path,
             })
             self._resume(self._file.load())
         self._capture_started = asyncio.Event()
@@ -114,11 +116,16 @@ class LeaderRole:
 
         if record is None:
             return
-        rung = record.get("rung")
-        if not isinstance(rung, int) or not 0 <= rung < len(self.ladder):
+        modes = [mode.value for mode in self.ladder]
+        if record.get("mode") not in modes:
+            log.info("the kept mode %s is not on this ladder (%s); starting at the top", record.get("mode"),
+                     " -> ".join(modes))
             return
+        rung = modes.index(record["mode"])
         state = self.store.state
         self.rung = rung
+        if record.get("requested") in {mode.value for mode in GraphMode}:
+            state.requested_mode = GraphMode(record["requested"])  # what the pod first asked for
         state.fallbacks = int(record.get("fallbacks") or 0)
         state.fallback_reason = record.get("reason")
         state.fallback_kind = record.get("kind")
@@ -140,7 +147,9 @@ class LeaderRole:
         self.rung += 1
         if self._file is not None:
             state = self.store.state
-            self._file.save({"rung": self.rung, "fallbacks": state.fallbacks, "reason": state.fallback_reason,
+            self._file.save({"rung": self.rung, "mode": next_mode.value,
+                             "requested": state.requested_mode.value if state.requested_mode else None,
+                             "fallbacks": state.fallbacks, "reason": state.fallback_reason,
                              "kind": state.fallback_kind, "deterministic": state.fallback_deterministic})
         return True
 

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from ascend_runtime import redact
 from ascend_runtime.config import DEFAULT_CONFIG_PATH, ConfigError, EngineConfig, GraphMode, load_config
 from ascend_runtime.distributed import plan_distributed, resolve_distributed
-from ascend_runtime.flags import graph_ladder
+from ascend_runtime.flags import graph_ladder, kv_transfer_plan, loader_choice
 from ascend_runtime.lora_support import check_lora_support
 from ascend_runtime.memory.devices import VisibleDevicesError, visible_devices
 from ascend_runtime.preflight import make_preflight
@@ -101,6 +101,19 @@ def check_distributed(config: EngineConfig, versions: Versions, env: Mapping[str
     return None
 
 
+def check_kv_transfer_config(config: EngineConfig, versions: Versions, env: Mapping[str, str]) -> str | None:
+    """Why this engine's KV transfer cannot be wired on the installed versions (a connector the
+    vllm-ascend lacks, offload of an MLA model, ...), or None: refused at start-up, exit 2, not
+    at the first launch."""
+    if config.kv_transfer is None:
+        return None
+    try:
+        kv_transfer_plan(config, versions, env)
+    except ValueError as error:  # KvTransferError: the field and the fix
+        return f"kv_transfer: {error}"
+    return None
+
+
 async def _serve(config: EngineConfig, versions: Versions, devices: frozenset[int] | None) -> int:
     store = StateStore()
     store.state.versions = {
@@ -140,7 +153,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     if lora.errors:
         print(f"ascend-llm run: {'; '.join(lora.errors)}", file=sys.stderr)
         return EXIT_CONFIG
-    problem = check_distributed(config, versions, os.environ)
+    loader = loader_choice(config, versions)
+    if loader.error:
+        print(f"ascend-llm run: {loader.error}", file=sys.stderr)
+        return EXIT_CONFIG
+    log.info("weights loader: %s (%s)", loader.loader.value if loader.loader else "engine default", loader.reason)
+    problem = check_distributed(config, versions, os.environ) or check_kv_transfer_config(config, versions, os.environ)
     if problem is not None:
         print(f"ascend-llm run: {problem}", file=sys.stderr)
         return EXIT_CONFIG

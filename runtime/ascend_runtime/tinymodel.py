@@ -14,6 +14,7 @@ imported when the function runs, not at import time, so runtime images never nee
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 #: The model's shape: small enough to load in a second, big enough to exercise every layer kind.
@@ -128,7 +129,12 @@ def build_tiny_lora(directory: str | Path, rank: int = 8, seed: int = 1, scale: 
             prefix = f"base_model.model.model.layers.{layer}.self_attn.{target}"
             tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, HIDDEN_SIZE, generator=generator) * scale
             tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_features[target], rank, generator=generator) * scale
-    save_file(tensors, str(directory / "adapter_model.safetensors"))
+    weights = directory / "adapter_model.safetensors"
+    save_file(tensors, str(weights))
+    # safetensors writes the file owner-only (0600); an engine in a pod runs as another user.
+    umask = os.umask(0)
+    os.umask(umask)
+    weights.chmod(0o666 & ~umask)
     config = {
         "peft_type": "LORA",
         "task_type": "CAUSAL_LM",

@@ -70,6 +70,12 @@ class Versions:
     torch_npu: str | None = None
     cann: str | None = None
     chip_name: str | None = None
+    #: The Run:ai Model Streamer (``runai-model-streamer``), which ``--load-format runai_streamer`` imports.
+    runai_streamer: str | None = None
+    #: Whether this process may run on every online CPU (``None``: unknown). A container without
+    #: exclusive CPUs (no static CPU manager policy, or not Guaranteed) shares the node's cores
+    #: with every other container: see :func:`ascend_runtime.flags.cpu_binding_env`.
+    shared_cpus: bool | None = None
 
     def vllm_at_least(self, minimum: str) -> bool:
         return version_at_least(self.vllm, minimum)
@@ -151,6 +157,36 @@ def _torch_npu_usable(import_module: Callable[[str], object]) -> bool:
     return True
 
 
+def online_cpus(root: Path) -> set[int] | None:
+    """The online CPUs the kernel lists (``/sys/devices/system/cpu/online``, e.g. ``0-3,6``)."""
+
+    try:
+        text = (root / "sys" / "devices" / "system" / "cpu" / "online").read_text(encoding="ascii").strip()
+        cpus: set[int] = set()
+        for part in filter(None, text.split(",")):
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except (OSError, ValueError):
+        return None
+    return cpus or None
+
+
+def _affinity() -> set[int] | None:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return None
+
+
+def cpus_shared(root: Path, affinity: Callable[[], set[int] | None] = _affinity) -> bool | None:
+    """Whether this process may run on every online CPU: no exclusive cpuset (``None``: unknown)."""
+
+    online, allowed = online_cpus(root), affinity()
+    if online is None or allowed is None:
+        return None
+    return allowed >= online
+
+
 def detect_versions(
     env: Mapping[str, str] | None = None,
     which: Callable[[str], str | None] = shutil.which,
@@ -159,6 +195,7 @@ def detect_versions(
     distribution_version: Callable[[str], str | None] = _metadata_version,
     import_module: Callable[[str], object] = importlib.import_module,
     arch: str | None = None,
+    affinity: Callable[[], set[int] | None] = _affinity,
 ) -> Versions:
     """Detect the platform and the installed engine versions (reads metadata and files only)."""
 
@@ -188,6 +225,8 @@ def detect_versions(
         torch_npu=torch_npu,
         cann=cann,
         chip_name=env.get(CHIP_NAME_ENV) or None,
+        runai_streamer=distribution_version("runai-model-streamer"),
+        shared_cpus=cpus_shared(root, affinity),
     )
     return apply_assumed_versions(detected, env.get(ASSUME_VERSIONS_ENV, ""))
 
@@ -196,7 +235,7 @@ def detect_versions(
 #: whose package metadata is missing or wrong, and for tests of other versions' ladders on a
 #: machine without an NPU. Logged at start-up like every detected version.
 ASSUME_VERSIONS_ENV = "ASCEND_LLM_ASSUME_VERSIONS"
-_ASSUMABLE = ("platform", "vllm", "vllm_ascend", "torch", "torch_npu", "cann", "chip_name")
+_ASSUMABLE = ("platform", "vllm", "vllm_ascend", "torch", "torch_npu", "cann", "chip_name", "runai_streamer")
 
 
 def apply_assumed_versions(versions: Versions, spec: str) -> Versions:
@@ -235,6 +274,7 @@ def describe(versions: Versions) -> str:
         ("torch", versions.torch),
         ("torch-npu", versions.torch_npu),
         ("cann", versions.cann),
+        ("runai-model-streamer", versions.runai_streamer),
     ):
         if value is not None or label in ("vllm",):
             parts.append(f"{label}={value if value is not None else 'not installed'}")

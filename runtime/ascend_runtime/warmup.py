@@ -14,7 +14,8 @@ The plan is derived from the engine's rendered argv (:func:`engine_shapes`, :fun
 a ladder of prompt lengths up to the longest one the model length allows (``max_model_len -
 max_tokens - margin``), the chunked-prefill size (``--max-num-batched-tokens``), and one decode
 wave whose requests end one group at a time so the running batch passes through every captured
-graph size up to ``--max-num-seqs``. It fits the engine's limits by construction; its cost is
+graph size up to ``--max-num-seqs`` (with nothing captured: every size up to
+:data:`UNCAPTURED_EVERY_SIZE`, then powers of two). It fits the engine's limits by construction; its cost is
 bounded by :data:`DERIVED_PROMPT_TOKEN_BUDGET` and :data:`DERIVED_REQUEST_BUDGET` (the longest
 prompt and the chunk are always sent on top) and, like the rest, by ``warmup.timeoutSeconds``.
 Lengths and levels the user lists are sent on top of it; left out, the fixed defaults give way
@@ -64,6 +65,11 @@ VLLM_DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 VLLM_DEFAULT_MAX_CAPTURE_SIZE = 512
 #: The derived prompt-length ladder: powers of two from here up to the longest prompt.
 LADDER_START = 16
+#: With nothing captured (eager, CPU), each decode batch size up to this one is its own shape: vLLM's
+#: CPU GEMMs build a oneDNN primitive per token count of a step and keep 32 per weight shape
+#: (``create_onednn_mm(weight, 32)``, vllm 0.32 ``model_executor/layers/utils.py``), a first build
+#: costing milliseconds. The decode wave steps through every size up to it; above it, powers of two.
+UNCAPTURED_EVERY_SIZE = 32
 #: Prompt length of the decode wave's requests: short, so its prefill is one small step.
 DECODE_WAVE_PROMPT = 16
 #: Budget of the derived ladder and decode wave: prompt tokens summed over their requests, and
@@ -208,8 +214,9 @@ def derived_plan(shapes: EngineShapes, max_model_len: int, max_tokens: int) -> D
     captured = [size for size in shapes.capture_sizes if size <= seqs]
     batch = max(captured) if captured else seqs
     batch = min(batch, seqs, DERIVED_REQUEST_BUDGET // 2)
-    # Nothing captured (eager, CPU): powers of two stand in for the sizes.
-    sizes = captured or [1 << power for power in range(batch.bit_length())]
+    # Nothing captured (eager, CPU): every size up to UNCAPTURED_EVERY_SIZE, then powers of two.
+    sizes = captured or sorted(set(range(1, min(batch, UNCAPTURED_EVERY_SIZE) + 1))
+                               | {1 << power for power in range(batch.bit_length())})
     steps = sorted({size for size in sizes if size < batch} | {batch}, reverse=True)
     while len(steps) > 1 and len(steps) >= longest + LENGTH_MARGIN:
         steps = steps[::2]  # a tiny model length: fewer steps, so the longest request still fits

@@ -722,3 +722,20 @@ def test_dashboard_uses_only_metrics_the_runtime_exports() -> None:
     assert missing == [], "the dashboard queries metrics the runtime does not define"
     labels = {var["name"]: var["definition"] for var in board["templating"]["list"] if var["type"] == "query"}
     assert "app_kubernetes_io_instance" in labels["deployment"]
+
+
+def test_servicemonitor_keeps_the_labels_the_autoscalers_query(helm4: Helm) -> None:
+    """KEDA's queries select a resource's series by its instance label and, per disaggregation role,
+    by its pd-role label: the ServiceMonitor copies both pod labels onto the series (Prometheus turns
+    the dots and slashes into underscores)."""
+    import re
+
+    from ascend_operator.builders.common import PD_ROLE_LABEL
+    from ascend_operator.settings import OperatorSettings
+
+    monitor = one(helm4.render(values("monitoring")), "ServiceMonitor")
+    kept = monitor["spec"]["podTargetLabels"]
+    settings = OperatorSettings()
+    assert PD_ROLE_LABEL in kept
+    assert {re.sub(r"[^A-Za-z0-9_]", "_", label) for label in kept} >= {
+        settings.prometheus_instance_label, settings.prometheus_role_label}

@@ -233,8 +233,10 @@ def test_engine_container_runs_the_image_entrypoint_with_its_config(example: Pat
     final = parse_dockerfile(runtime_dockerfile(example)).final
     image_argv = final.exec_form("ENTRYPOINT") + final.exec_form("CMD")
     _, children = build_example(example)
-    configmap = children.configmap
-    assert CONFIG_FILE_KEY in configmap["data"]
+    assert CONFIG_FILE_KEY in children.configmap["data"]
+    # A disaggregated resource has one engine ConfigMap per role; every pod mounts one of them.
+    engine_configmaps = {o["metadata"]["name"] for o in children.objects()
+                         if o["kind"] == "ConfigMap" and CONFIG_FILE_KEY in o.get("data", {})}
     for pod in pod_specs(children):
         (engine,) = [c for c in pod["containers"] if c["name"] == "engine"]
         # Kubernetes: `command` replaces ENTRYPOINT and, without `args`, drops CMD too.
@@ -251,7 +253,7 @@ def test_engine_container_runs_the_image_entrypoint_with_its_config(example: Pat
             return [s["configMap"] for s in volume.get("projected", {}).get("sources", []) if "configMap" in s]
 
         (config_volume, source), = [
-            (v, src) for v in volumes.values() for src in sources(v) if src.get("name") == configmap["metadata"]["name"]
+            (v, src) for v in volumes.values() for src in sources(v) if src.get("name") in engine_configmaps
         ]
         assert mounts[config_volume["name"]]["mountPath"] == config_dir
         items = source.get("items")

@@ -15,7 +15,8 @@
 - every object the chart renders for each ``ci/`` values file passes the server's validation
   (``kubectl apply --dry-run=server``);
 - last, deleting the CRD deletes the resources and, by garbage collection, their children (the
-  CRD is applied again at once; skipped where other resources exist).
+  CRD is applied again at once; skipped where other resources exist), and the tier's operator,
+  running all along, serves the CRD again once it is back.
 
 Each test uses its own namespaces and release names. The CRDs are cluster-scoped and shared:
 only the last test deletes one, and restores it.
@@ -33,6 +34,7 @@ from urllib.request import urlopen
 
 import pytest
 import yaml
+from conftest import WAIT_S, OperatorUnderTest
 from install_harness import (
     CHART_DIR,
     ROOT,
@@ -440,19 +442,21 @@ def test_the_server_accepts_every_object_the_chart_renders(
 
 
 def test_deleting_the_crd_deletes_every_resource_and_so_its_children(
-        kubectl: Tool, crd: None, namespaces: Namespaces) -> None:
+        kubectl: Tool, crd: None, namespaces: Namespaces, operator: OperatorUnderTest, namespace: str) -> None:
     """Last in the file: the CRD is shared, so it is applied again before the test ends; skipped
-    where any other resource exists (on a cluster given by kubeconfig, they may be someone's)."""
+    where any other resource exists (on a cluster given by kubeconfig, they may be someone's).
+    The tier's operator, running all along, serves the CRD again once it is back: a resource
+    made then gets its children (kopf alone gives up on it: ascend_operator.rediscovery)."""
 
     others = kubectl.run("get", "ald", "--all-namespaces", "-o", "name").stdout.split()
     if others:
         pytest.skip(f"deleting the CRD would delete the cluster's other resources: {' '.join(others[:5])}")
-    namespace = namespaces.new("crd")
-    kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(example(namespace)))
-    uid = kubectl.run("get", "ald", "cpu-tiny", "-n", namespace, "-o", "jsonpath={.metadata.uid}").stdout
+    gone = namespaces.new("crd")
+    kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(example(gone)))
+    uid = kubectl.run("get", "ald", "cpu-tiny", "-n", gone, "-o", "jsonpath={.metadata.uid}").stdout
     # A child as the operator makes them: owned by the resource through an owner reference.
     child = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "cpu-tiny-config", "namespace": namespace, "ownerReferences": [{
+        "name": "cpu-tiny-config", "namespace": gone, "ownerReferences": [{
             "apiVersion": "llm.ascend.dev/v1alpha1", "kind": "AscendLLMDeployment", "name": "cpu-tiny",
             "uid": uid, "controller": True, "blockOwnerDeletion": True}]}}
     kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(child))
@@ -462,4 +466,9 @@ def test_deleting_the_crd_deletes_every_resource_and_so_its_children(
     finally:
         kubectl.run("apply", "--server-side", "-f", str(ROOT / "crds"))
         wait_established(kubectl, ALD_CRD)
-    assert kubectl.run("get", "ald", "-n", namespace, "-o", "name").stdout == ""
+    assert kubectl.run("get", "ald", "-n", gone, "-o", "name").stdout == ""
+    assert operator.process is not None and operator.process.running
+    kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(example(namespace)))
+    wait_for("the running operator's children of a resource made after the CRD came back",
+             lambda: kubectl.run("get", "configmap", "cpu-tiny-config", "-n", namespace, "--ignore-not-found",
+                                 "-o", "name").stdout.strip(), WAIT_S)

@@ -321,7 +321,9 @@ def test_engine_pods_without_host_mounts_are_admitted(api_client: Any, make_name
 @pytest.mark.parametrize(("spec", "env"), [
     ({"model": {"hostPath": {"path": "/data/models/qwen"}}}, {"host_path_prefixes": "/data/models"}),
     ({"model": HF}, {"host_mounts": "driver"}),
-], ids=["hostPath model", "hostMounts driver"])
+    # A hostPath cache: a hostPath volume, and its cache-dirs init container runs as root (CAP_CHOWN).
+    ({"model": {**HF, "cache": {"hostPath": "/data/llm-cache"}}}, {"cache_host_path_prefixes": "/data/llm-cache"}),
+], ids=["hostPath model", "hostMounts driver", "hostPath cache"])
 def test_engine_pods_with_host_mounts_need_privileged(api_client: Any, make_namespace: Any, spec: dict[str, Any],
                                                       env: dict[str, str]) -> None:
     pod = engine_pod(spec, **env)
@@ -330,6 +332,19 @@ def test_engine_pods_with_host_mounts_need_privileged(api_client: Any, make_name
     privileged = make_namespace(_pss("privileged"))
     assert create_pod(api_client, privileged, pod)[0] == 201
     wait_running(api_client, privileged, "engine")
+
+
+def test_fetch_job_pods_of_a_claim_are_admitted_under_restricted(api_client: Any, make_namespace: Any) -> None:
+    from ascend_operator.api import parse_spec
+    from ascend_operator.builders import BuildMeta, build_children
+    from ascend_operator.settings import load_settings
+
+    children = build_children(BuildMeta("engine", "x"), parse_spec({"model": {**HF, "cache": {"claimName": "c"}}}),
+                              load_settings({}))
+    assert children.fetch_job is not None
+    pod = _pod(children.fetch_job["spec"]["template"], "fetch")
+    status, message = create_pod(api_client, make_namespace(_pss("restricted")), pod)
+    assert status == 201, message
 
 
 def test_the_operator_pod_of_the_chart_is_admitted_under_restricted(api_client: Any, make_namespace: Any) -> None:
@@ -463,7 +478,16 @@ PATH_PLACES: dict[str, Any] = {
     "spec.lora.adapters[].source.hostPath.path": lambda v: _adapter({"hostPath": {"path": v}}),
     "spec.lora.adapters[].source.hostPath.subPath": lambda v: _adapter(
         {"hostPath": {"path": "/data/models/adapters", "subPath": v}}),
+    # ExampleConnector's writable node directory (a hostPath, namespaced like a node cache).
+    "spec.disaggregation.sharedStoragePath": lambda v: {"disaggregation": {
+        "connector": "ExampleConnector", "sharedStoragePath": v, "prefill": {}, "decode": {}}},
+    # A file inside the pods (no host mount): only its spelling can be hostile.
+    "spec.disaggregation.rankTablePath": lambda v: {
+        "platform": "Ascend", "image": "registry.example.com/llm/runtime:1-vllm-ascend-v0.11.0",
+        "disaggregation": {"connector": "LLMDataDistCMgrConnector", "rankTablePath": v, "prefill": {}, "decode": {}}},
 }
+#: Path fields inside the pods, not on the node: any normalised absolute path is the tenant's to name.
+IN_POD_PATHS = {"spec.disaggregation.rankTablePath"}
 #: Hostile values: absolute host paths (``*.path``, ``*.hostPath``) and paths inside a volume (``subPath``).
 HOSTILE_ABSOLUTE = ("/data/models/../../etc", "/data/models/x/..", "/data/models/./x", "/data/models//x",
                     "/data/models/x/", "data/models/x", "/var/lib/kubelet", "/data/modelsevil/x", "/")
@@ -476,6 +500,8 @@ ALLOWED_PATH = {"absolute": "/data/models/qwen", "relative": "qwen/sql"}
 
 
 def _hostile(field: str) -> tuple[str, ...]:
+    if field in IN_POD_PATHS:
+        return tuple(v for v in HOSTILE_ABSOLUTE if v not in ("/var/lib/kubelet", "/data/modelsevil/x"))
     return HOSTILE_RELATIVE if field.endswith("subPath") else HOSTILE_ABSOLUTE
 
 
@@ -520,10 +546,9 @@ class Pipeline:
 
     def run(self, index: int, spec: Any) -> tuple[str, list[str]]:
         """(what happened: ``admission``, ``operator`` or ``built``; the fields a refusal named)."""
-        from ascend_operator.api import SpecError, parse_spec
-        from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler, make_plans
-        from ascend_operator.lora import enforce_lora
-        from ascend_operator.policy import enforce_policy
+        from ascend_operator.api import SpecError
+        from ascend_operator.builders import BuildMeta, build_children, choose_autoscaler
+        from ascend_operator.specmemo import check_spec
 
         self.tally["sent"] += 1
         started = time.monotonic()
@@ -546,11 +571,10 @@ class Pipeline:
             return "admission", [f.lstrip(".") for f, _ in named] + [m for _, m in found]
         stored = body["spec"]  # what the operator sees: pruned and as stored
         try:
-            parsed = parse_spec(stored)
-            enforce_policy(parsed, self.settings)
-            # What the reconcile refuses besides (a repo id or revision the cache cannot lay out).
-            plans = make_plans(f"f{index}", parsed, self.settings)
-            enforce_lora(f"f{index}", parsed, self.settings, plans.cache_plan)
+            # The reconcile's own check: the policies and what the schema cannot see (a repo id the
+            # cache cannot lay out, a loader or connector the image's version lacks, the LoRA guard).
+            checked = check_spec(f"f{index}", stored, self.settings)
+            parsed, plans = checked.spec, checked.plans
         except SpecError as error:
             assert error.problems and all(path.startswith("spec") for path, _ in error.problems), error
             self.tally["refused by the operator"] += 1

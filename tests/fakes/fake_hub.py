@@ -1,6 +1,7 @@
 """A local Hugging Face hub: the endpoints ``huggingface_hub.snapshot_download`` (2.x) calls.
 
-Serves repos from memory over HTTP on 127.0.0.1, so the real download code runs with no network:
+Serves repos from memory over HTTP on 127.0.0.1 (or another address: the real-node tier serves
+its pods from the host's side of the node's link), so the real download code runs with no network:
 
 - ``GET /api/models/{repo}`` and ``GET /api/models/{repo}/revision/{rev}``: model info (``sha``,
   ``siblings``; with ``?blobs=True`` each sibling has its ``size``), what ``HfApi.model_info``
@@ -109,10 +110,10 @@ class Recorded:
 
 
 class LocalHubServer:
-    """A threading HTTP server on 127.0.0.1 that hands each GET / HEAD to ``self._handle`` (the
-    fake hubs' shared part); ``with`` starts and stops it, ``url`` is its address."""
+    """A threading HTTP server on ``host`` (127.0.0.1 unless told) that hands each GET / HEAD to
+    ``self._handle`` (the fake hubs' shared part); ``with`` starts and stops it, ``url`` is its address."""
 
-    def __init__(self, repos: dict[str, FakeRepo]) -> None:
+    def __init__(self, repos: dict[str, FakeRepo], host: str = "127.0.0.1") -> None:
         self.repos = repos
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
@@ -131,9 +132,9 @@ class LocalHubServer:
             def log_message(self, *_: object) -> None:
                 return
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def _handle(self, request: http.server.BaseHTTPRequestHandler, *, body: bool) -> None:

@@ -8,7 +8,10 @@
   run), with both images imported into its containerd (skipped when the same digest is there).
 - ``operator_release``: the chart installed with Helm as a user installs it, the operator's own
   image in a pod on the real node (``image.pullPolicy=Never``, the node's nodeSelector and
-  toleration), watching the whole cluster, allowed to mount the tiny model's host directory.
+  toleration), watching the whole cluster, allowed to mount the tiny model's host directory, with
+  ``cache_prefix`` as its node cache prefix and ``node_hub`` as its Hugging Face endpoint.
+- ``node_hub``: the local fake hub (``tests/fakes/fake_hub.py``) on the host's side of the node's
+  link (``REALNODE_HOST_IP``), which pods reach and nothing outside does; tests add repos to it.
 
 Skipped, with the reason, when not root, without ``../shared/node`` or without buildah/debootstrap
 (``.ci/tools`` installs them as root).
@@ -16,9 +19,7 @@ Skipped, with the reason, when not root, without ``../shared/node`` or without b
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,20 +27,23 @@ from pathlib import Path
 
 import pytest
 from node_harness import (  # first: it puts tests/cluster (install_harness) on sys.path
-    IMAGES_TIMEOUT_S,
-    NODE_LABEL,
-    NODE_SELECTOR,
-    NODE_TOLERATION,
     ROOT,
     Images,
+    NodeSetupError,
     OperatorRelease,
     RealNode,
-    import_image,
-    node_env,
-    node_pack,
+    build_images,
+    install_operator,
+    start_node,
+    stop_node,
+    uninstall_operator,
     why_no_node,
+    write_tiny_model,
 )
-from install_harness import CHART_DIR, Tool, tool, unique, wait_for  # noqa: I001
+from install_harness import tool, unique, wait_for  # noqa: I001
+
+sys.path.insert(0, str(ROOT / "tests" / "fakes"))
+from fake_hub import FakeHub  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -48,17 +52,12 @@ def images() -> Images:
     if reason:
         pytest.skip(reason)
     started = time.monotonic()
-    result = subprocess.run(["bash", str(ROOT / "images" / "build.sh"), "operator", "cpu"], capture_output=True,
-                            text=True, timeout=IMAGES_TIMEOUT_S, check=False)
-    if result.returncode != 0:
-        pytest.fail(f"images/build.sh failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
-    built = {}
-    for line in result.stdout.splitlines():
-        name, _, rest = line.partition("=")
-        archive, _, ref = rest.partition(" ")
-        built[name] = (Path(archive), ref)
+    try:
+        built = build_images()
+    except NodeSetupError as error:
+        pytest.fail(str(error))
     print(f"images: {time.monotonic() - started:.1f}s", file=sys.stderr)
-    return Images(*built["operator"], *built["cpu"])
+    return built
 
 
 @pytest.fixture(scope="session")
@@ -67,20 +66,15 @@ def realnode(kubeconfig_path: str, images: Images) -> Iterator[RealNode]:
     if not (control_plane / "pki" / "ca.key").is_file():
         pytest.skip("the real node joins the local ../shared/k8s control plane only (not a given kubeconfig)")
     workdir = Path(os.environ.get("ASCEND_LLM_NODE_WORKDIR") or ROOT / ".cache" / "node")
-    workdir.mkdir(parents=True, exist_ok=True)
-    up = subprocess.run(["bash", str(node_pack() / "up.sh"), str(workdir), "--control-plane", str(control_plane)],
-                        capture_output=True, text=True, timeout=300, check=False)
-    if up.returncode != 0:
-        pytest.fail(f"../shared/node up.sh failed (exit {up.returncode}):\n{up.stderr[-4000:]}")
-    env = node_env(str(workdir / "node.env"))
     try:
-        import_image(env, images.operator_archive, images.operator_ref)
-        import_image(env, images.cpu_archive, images.cpu_ref)
-        yield RealNode(env, Tool(tool("kubectl"), kubeconfig_path), Tool(tool("helm4"), kubeconfig_path), workdir)
+        try:
+            node = start_node(control_plane, workdir, images, tool("kubectl"), tool("helm4"), kubeconfig_path)
+        except NodeSetupError as error:
+            pytest.fail(str(error))
+        yield node
     finally:
         if os.environ.get("ASCEND_LLM_NODE_KEEP") != "1":
-            subprocess.run(["bash", str(node_pack() / "down.sh"), str(workdir)], capture_output=True,
-                           timeout=180, check=False)
+            stop_node(workdir)
 
 
 @pytest.fixture(scope="session")
@@ -94,24 +88,38 @@ def model_root(realnode: RealNode) -> Path:
 
 
 @pytest.fixture(scope="session")
-def operator_release(realnode: RealNode, images: Images, model_root: Path) -> Iterator[OperatorRelease]:
-    repository, _, tag = images.operator_ref.rpartition(":")
-    name, namespace = "ascend-llm", unique("llm-system")
-    realnode.helm.run(
-        "install", name, str(CHART_DIR), "--namespace", namespace, "--create-namespace", "--wait",
-        "--timeout", "180s",
-        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-        "--set", "image.pullPolicy=Never",
-        "--set-string", f"nodeSelector.{NODE_LABEL}=true",
-        "--set-json", f"tolerations=[{json.dumps(NODE_TOLERATION)}]",
-        "--set-json", f"settings.hostPathPrefixes=[{json.dumps(str(model_root))}]",
-        "--set", "settings.imagePullPolicy=Never",
-    )
+def cache_prefix(realnode: RealNode) -> Path:
+    """The node cache prefix (``settings.cacheHostPathPrefixes``): made by root, 0755, as an
+    administrator makes one; the operator's pods must cope with that."""
+
+    root = realnode.workdir.parent / "node-cache"
+    root.mkdir(parents=True, exist_ok=True)
+    os.chown(root, 0, 0)
+    root.chmod(0o755)
+    return root
+
+
+@pytest.fixture(scope="session")
+def node_hub(realnode: RealNode) -> Iterator[FakeHub]:
+    with FakeHub({}, host=realnode.env["REALNODE_HOST_IP"]) as hub:
+        yield hub
+
+
+@pytest.fixture(scope="session")
+def operator_release(realnode: RealNode, images: Images, model_root: Path, cache_prefix: Path,
+                     node_hub: FakeHub) -> Iterator[OperatorRelease]:
+    release = install_operator(realnode, images, "ascend-llm", unique("llm-system"), model_root,
+                               cache_prefix=cache_prefix, hub_url=node_hub.url)
     try:
-        yield OperatorRelease(name, namespace, model_root)
+        yield release
     finally:
-        realnode.helm.run("uninstall", name, "--namespace", namespace, "--wait", check=False)
-        realnode.kubectl.run("delete", "namespace", namespace, "--wait=false", check=False)
+        uninstall_operator(realnode, release)
+    # The tests deleted their resources; with the chart uninstalled too, nothing of the project
+    # may stay on the node: no container or sandbox, no volume mount, no pod directory.
+    wait_for("no container left on the node after helm uninstall",
+             lambda: not realnode.all_containers(), 180, 2.0)
+    wait_for("no mount left under the kubelet's pods directory", lambda: not realnode.pod_mounts(), 60, 1.0)
+    wait_for("no pod directory left in the kubelet's root", lambda: not realnode.pod_dirs(), 60, 1.0)
 
 
 @pytest.fixture
@@ -131,29 +139,7 @@ def namespace(realnode: RealNode) -> Iterator[str]:
 def tiny_model(realnode: RealNode, operator_release: OperatorRelease, images: Images) -> Path:
     """The tiny model in the host directory the engine mounts, written by a pod of the CPU image."""
 
-    namespace = operator_release.namespace
-    pod = {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tiny-model", "namespace": namespace},
-        "spec": {
-            "restartPolicy": "Never", "nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION],
-            "terminationGracePeriodSeconds": 1, "automountServiceAccountToken": False,
-            "containers": [{"name": "make", "image": images.cpu_ref, "imagePullPolicy": "Never",
-                            "command": ["ascend-llm", "tiny-model", "/models/tiny"],
-                            "volumeMounts": [{"name": "models", "mountPath": "/models"}]}],
-            "volumes": [{"name": "models", "hostPath": {"path": str(operator_release.model_root),
-                                                        "type": "Directory"}}],
-        },
-    }
-    realnode.kubectl.run("apply", "-f", "-", stdin=json.dumps(pod))
-    def finished() -> str | None:
-        phase = realnode.kubectl.run("get", "pod", "tiny-model", "-n", namespace, "-o",
-                                     "jsonpath={.status.phase}", check=False).stdout
-        return phase if phase in ("Succeeded", "Failed") else None
-
-    phase = wait_for("the tiny-model pod to finish", finished, 300, 1.0)
-    logs = realnode.kubectl.run("logs", "tiny-model", "-n", namespace, check=False).stdout
-    realnode.kubectl.run("delete", "pod", "tiny-model", "-n", namespace, "--wait=false", check=False)
-    assert phase == "Succeeded", f"ascend-llm tiny-model failed in the image:\n{logs[-3000:]}"
-    model = operator_release.model_root / "tiny"
-    assert (model / "config.json").is_file() and (model / "tokenizer.json").is_file()
-    return model
+    try:
+        return write_tiny_model(realnode, operator_release.namespace, images.cpu_ref, operator_release.model_root)
+    except NodeSetupError as error:
+        pytest.fail(str(error))

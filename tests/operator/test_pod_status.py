@@ -4,11 +4,14 @@ The tests play the Deployment controller and the kubelet (they put pods into the
 the in-pod runtime (they set what each pod's ``GET /state`` answers through the API server's pod
 proxy). The operator's resync reads both and writes the status: phase, ready replicas, the graph
 mode per replica, the remembered mode (and its use and loss), conditions, and Events posted once
-per transition (WaitingForNPU naming the resource and the count).
+per transition (WaitingForNPU naming the resource and the count). A resync with nothing changed
+computes no status but still reads the runtimes; an unreadable runtime is asked less and less
+often until its pod changes.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState, WarmupReport
@@ -189,6 +192,51 @@ async def test_an_unreadable_runtime_is_unknown_not_an_error(emulator, operator)
     emulator.set_pod_state(NAMESPACE, "qwen-0", {"not": "a state", "phase": "Nonsense"})
     await settle(emulator)
     assert status(emulator)["phase"] == "Loading"  # a malformed answer is as unknown as none
+
+
+def state_reads(emulator: RealisticEmulator, pod_name: str, since: int) -> int:
+    return sum(1 for r in emulator.request_log[since:] if r.url.path.endswith(f"/pods/{pod_name}:8080/proxy/state"))
+
+
+async def test_a_resync_with_nothing_changed_computes_nothing_and_a_runtime_change_still_shows(
+        emulator, operator, monkeypatch) -> None:
+    from ascend_operator.handlers import handle_reconcile
+
+    computed: list[int] = []
+    real = handle_reconcile.compute_status
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        computed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(handle_reconcile, "compute_status", counting)
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    name = add_pod(emulator, 0, state(RuntimePhase.READY))
+    await wait_for(lambda: status(emulator).get("phase") == "Ready", what="phase Ready")
+    await settle(emulator, quiet=2 * RESYNC_S)
+    computed.clear()
+    mark = len(emulator.request_log)
+    await wait_for(lambda: state_reads(emulator, name, mark) >= 3, what="resyncs reading the runtime")
+    assert computed == []  # the passes were skipped: same objects, same runtime state
+
+    emulator.set_pod_state(NAMESPACE, name, state(RuntimePhase.READY, leak_suspected=True,
+                                                  live_reasons=["host RSS grows 900 MB/h (limit 512)"]))
+    await wait_for(lambda: condition(emulator, "LeakSuspected").get("status") == "True", what="LeakSuspected")
+    assert computed
+
+
+async def test_an_unreadable_runtime_is_asked_less_often_until_its_pod_changes(emulator, operator) -> None:
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    name = add_pod(emulator, 0, None, ready=False)  # running; nothing answers on the runtime port
+    await wait_for(lambda: status(emulator).get("phase") == "Loading", what="phase Loading")
+    mark = len(emulator.request_log)
+    await asyncio.sleep(16 * RESYNC_S)  # a pass every RESYNC_S: the replica is still starting
+    passes = sum(1 for r in emulator.request_log[mark:] if r.url.path == "/apis/")  # each refreshes discovery
+    reads = state_reads(emulator, name, mark)
+    assert passes >= 8 and reads <= 6, (passes, reads)  # retries after 1, 2, 4, 8... poll intervals
+
+    add_pod(emulator, 0, state(RuntimePhase.READY))  # the pod changed (ready): its runtime is asked at once
+    await wait_for(lambda: status(emulator).get("phase") == "Ready", what="phase Ready")
 
 
 async def test_the_tuned_defaults_switch_reaches_the_pods_and_their_report_the_status(emulator, operator) -> None:

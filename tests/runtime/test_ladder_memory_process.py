@@ -65,6 +65,27 @@ def test_the_rung_and_its_reason_survive_a_container_restart(runtime_factory, tm
     assert mode_of(other_image.launches()[0]) == "PIECEWISE"  # a new image tries the top again
 
 
+def test_the_kept_mode_survives_a_restart_that_brings_the_remembered_start_mode(runtime_factory, tmp_path):
+    # Seen on a real kubelet (tests/node/test_node_restarts.py): after a deterministic fallback the
+    # operator remembers the mode and writes graph.startMode into the running pod's ConfigMap, so
+    # the restarted container's ladder is shorter than the one the state file was written for.
+    config = {**NO_WARMUP, "image": "registry/runtime:1", "runtime": {"stateDir": str(tmp_path / "pod-state")}}
+    env = {"FAKE_ENGINE_CAPTURE_FAIL": str(CAPTURE_LOG), "FAKE_ENGINE_CAPTURE_FAIL_MODES": "PIECEWISE"}
+    first = runtime_factory(config, env)
+    before = first.wait_for(lambda s: is_ready(s) and s["mode"] == "EAGER", 60, "Ready in EAGER")
+    first.process.kill()
+    first.process.wait(timeout=30)
+    os.killpg(before["enginePid"], signal.SIGKILL)
+
+    second = runtime_factory({**config, "graph": {"startMode": "EAGER"}}, env)
+    state = second.wait_for(is_ready, 60, "Ready after the container restart")
+    assert [mode_of(argv) for argv in second.launches()] == ["EAGER"]
+    # The pod's own record stays: it fell back once, from PIECEWISE, for this reason.
+    assert (state["mode"], state["rung"], state["fallbacks"]) == ("EAGER", 0, 1)
+    assert state["requestedMode"] == "PIECEWISE" and state["fallbackReason"] == before["fallbackReason"]
+    assert state["resumed"].startswith("rung 0 (EAGER), kept from this pod's previous container")
+
+
 def test_memory_running_out_inside_capture_relaunches_the_same_rung(runtime_factory):
     runtime = runtime_factory(NO_WARMUP, {"FAKE_ENGINE_CAPTURE_OOM_LOG": str(CAPTURE_OOM_LOG)})
     state = runtime.wait_for(lambda s: is_ready(s) and s["engineRestarts"] == 1, 60, "Ready after the OOM")

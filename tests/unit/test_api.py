@@ -422,3 +422,18 @@ def test_an_affinity_with_a_key_no_affinity_has_is_refused_naming_the_field(affi
     [(field, message)] = problems({"model": HF, "npu": {"affinity": affinity}})
     assert field == "spec.npu.affinity" and words in message
     parse_spec({"model": HF, "npu": {"affinity": {"nodeAffinity": {}, "podAntiAffinity": {"x": 1}}}})
+
+
+def test_the_running_target_defaults_to_a_fraction_of_the_platforms_own_max_num_seqs() -> None:
+    """A CPU replica's vLLM runs 128 sequences by default, not the NPU's 256: the HPA's target follows."""
+
+    from ascend_operator.builders.autoscaling import hpa_metric, quantity
+    from ascend_operator.settings import OperatorSettings
+
+    def target(extra: dict) -> str:
+        spec = parse_spec({"model": HF, "autoscaling": {"signal": "runningRequestsPerReplica", "maxReplicas": 3}, **extra})
+        return hpa_metric(spec, OperatorSettings())["pods"]["target"]["averageValue"]
+
+    assert target({}) == quantity(0.8 * 256)
+    assert target({"platform": "CPU"}) == quantity(0.8 * 128)
+    assert target({"platform": "CPU", "engine": {"maxNumSeqs": 50}}) == quantity(40)

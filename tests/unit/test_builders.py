@@ -844,7 +844,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "name": "qwen72b",
             "namespace": "llm",
             "labels": labels("qwen72b"),
-            "annotations": {"llm.ascend.dev/spec-hash": "94e274ee7b56e2bc"},
+            "annotations": {"llm.ascend.dev/spec-hash": "c03e0498dc2c1f77"},
         },
         "spec": {
             "replicas": 1,
@@ -857,7 +857,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "template": {
                 "metadata": {
                     "labels": labels("qwen72b"),
-                    "annotations": {"llm.ascend.dev/config-hash": "a94525dddb6765a3"},
+                    "annotations": {"llm.ascend.dev/config-hash": "39b493eb40edc975"},
                 },
                 "spec": engine_pod_spec(
                     container=engine_container(
@@ -940,7 +940,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "name": "qwen72b-config",
             "namespace": "llm",
             "labels": labels("qwen72b", "engine-config"),
-            "annotations": {"llm.ascend.dev/spec-hash": "1f440a08f105601a"},
+            "annotations": {"llm.ascend.dev/spec-hash": "992cd7af7ba87370"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
@@ -956,6 +956,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "enablePrefixCaching": True,
             "dtype": "bfloat16",
             "parallel": {"tensor": 8},
+            "weightsStorage": "network",  # weights on a PersistentVolumeClaim
         },
         graph={"policy": "full_and_piecewise"},
         warmup={"promptLengths": [128, 2048, 16384], "concurrency": [1, 16, 64], "timeoutS": 1200},

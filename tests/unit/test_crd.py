@@ -296,12 +296,14 @@ RULE_PATHS = {
     api.ModelCacheSpec: ".model.cache",
     api.PvcSource: ".model.pvc",
     api.GraphSpec: ".graph",
-    api.AutoscalingSpec: ".autoscaling",
-    api.ScaleToZeroSpec: ".autoscaling.scaleToZero",
+    api.AutoscalingSpec: (".autoscaling", ".disaggregation.prefill.autoscaling", ".disaggregation.decode.autoscaling"),
+    api.ScaleToZeroSpec: (".autoscaling.scaleToZero", ".disaggregation.prefill.autoscaling.scaleToZero",
+                          ".disaggregation.decode.autoscaling.scaleToZero"),
     api.Toleration: ".npu.tolerations[]",
     api.HostPathSource: ".model.hostPath",
-    api.EngineSpec: ".engine",
-    api.EnvValueSource: ".engine.envValueFrom{}",
+    api.EngineSpec: (".engine", ".disaggregation.prefill.engine", ".disaggregation.decode.engine"),
+    api.EnvValueSource: (".engine.envValueFrom{}", ".disaggregation.prefill.engine.envValueFrom{}",
+                         ".disaggregation.decode.engine.envValueFrom{}"),
     api.LoraSpec: ".lora",
     api.AdapterSource: ".lora.adapters[].source",
     api.AdapterPvcSource: ".lora.adapters[].source.pvc",
@@ -348,6 +350,7 @@ def python_rule_messages(spec: dict[str, Any]) -> set[str]:
 
 
 HF = {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B"}}
+P4_ROLE = {"npu": {"perReplica": 4}, "parallelism": {"tensor": 4}}
 RULE_CASES = {
     "minimal": {"model": HF},
     "tp8 on 8": {"model": HF, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8}},
@@ -383,6 +386,8 @@ RULE_CASES = {
     "cpu with ascend": {"model": HF, "platform": "CPU", "ascend": {"enableStaticKernel": True}},
     "cpu with tp": {"model": HF, "platform": "CPU", "parallelism": {"tensor": 2}},
     "kv cache on npu": {"model": HF, "engine": {"kvCacheSpaceGiB": 2}},
+    "fastsafetensors loader": {"model": HF, "engine": {"weightsLoader": "fastsafetensors"}},
+    "prefetch loader": {"model": {"pvc": {"claimName": "weights"}}, "engine": {"weightsLoader": "prefetch"}},
     "expert on one": {"model": HF, "parallelism": {"expert": True}},
     "expert on dp2": {"model": HF, "npu": {"perReplica": 2}, "parallelism": {"data": 2, "expert": True}},
     "capture above max": {"model": HF, "graph": {"captureSizes": [1, 64], "maxCaptureSize": 32}},
@@ -573,6 +578,97 @@ RULE_CASES = {
         "maxReplicas": 4, "signal": "runningRequestsPerReplica", "target": 200}},
     "waiting target above max": {"model": HF, "engine": {"maxNumSeqs": 16}, "autoscaling": {
         "maxReplicas": 4, "target": 20}},
+    # Prefill/decode disaggregation and KV offload (docs/kv-transfer.md).
+    "pd tp4 to tp2": {"model": HF, "disaggregation": {
+        "prefill": {"npu": {"perReplica": 4}, "parallelism": {"tensor": 4}},
+        "decode": {"replicas": 2, "npu": {"perReplica": 2}, "parallelism": {"tensor": 2}}}},
+    "pd decode tp above prefill": {"model": HF, "disaggregation": {
+        "prefill": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}},
+        "decode": {"npu": {"perReplica": 4}, "parallelism": {"tensor": 4}}}},
+    "pd decode tp above prefill on llmdatadist": {"model": HF, "disaggregation": {
+        "connector": "LLMDataDistCMgrConnector", "rankTablePath": "/etc/ranktable/ranktable.json",
+        "prefill": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}},
+        "decode": {"npu": {"perReplica": 4}, "parallelism": {"tensor": 4}}}},
+    "pd llmdatadist table dotdot": {"model": HF, "disaggregation": {
+        "connector": "LLMDataDistCMgrConnector", "rankTablePath": "/etc/ranktable/../../proc/1/environ",
+        "prefill": {}, "decode": {}}},
+    "pd llmdatadist without table": {"model": HF, "disaggregation": {
+        "connector": "LLMDataDistCMgrConnector", "prefill": {}, "decode": {}}},
+    "pd decode pipeline": {"model": HF, "disaggregation": {
+        "prefill": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}},
+        "decode": {"npu": {"perReplica": 2}, "parallelism": {"pipeline": 2}}}},
+    "pd role npus mismatch": {"model": HF, "disaggregation": {
+        "prefill": {"npu": {"perReplica": 8}, "parallelism": {"tensor": 4}}, "decode": {"parallelism": {"data": 2}}}},
+    "pd role 2 nodes mp ok": {"model": HF, "disaggregation": {
+        "prefill": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "data": 2}},
+        "decode": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "data": 2}}}},
+    "pd role 2 nodes mp": {"model": HF, "disaggregation": {
+        "prefill": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 16}},
+        "decode": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "data": 1}}}},
+    "pd role 2 nodes ray": {"model": HF, "distributed": {"backend": "ray"}, "disaggregation": {
+        "prefill": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "data": 2}},
+        "decode": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "pipeline": 2}}}},
+    "pd role 2 nodes ray decode": {"model": HF, "distributed": {"backend": "ray"}, "disaggregation": {
+        "prefill": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "pipeline": 2}},
+        "decode": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "data": 2}}}},
+    "pd a3 defaults": {"model": HF, "npu": {"chip": "A3"}, "disaggregation": {"prefill": {}, "decode": {}}},
+    "pd a3 one die": {"model": HF, "npu": {"chip": "A3"}, "disaggregation": {
+        "prefill": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}}, "decode": {}}},
+    "pd a3 port in the random range": {"model": HF, "npu": {"chip": "A3"}, "disaggregation": {
+        "kvPort": 30000, "prefill": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}},
+        "decode": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}}}},
+    "pd a3 port above the range": {"model": HF, "npu": {"chip": "A3"}, "disaggregation": {
+        "kvPort": 36000, "prefill": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}},
+        "decode": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}}}},
+    "pd port below the range": {"model": HF, "disaggregation": {
+        "kvPort": 19996, "prefill": {"npu": {"perReplica": 4}, "parallelism": {"tensor": 4}}, "decode": {}}},
+    "pd port into the range": {"model": HF, "disaggregation": {
+        "kvPort": 19998, "prefill": {"npu": {"perReplica": 4}, "parallelism": {"tensor": 4}}, "decode": {}}},
+    "pd nixl on ascend": {"model": HF, "disaggregation": {"connector": "NixlConnector", "prefill": {}, "decode": {}}},
+    "pd cpu nixl": {"model": HF, "platform": "CPU", "disaggregation": {"prefill": {}, "decode": {"replicas": 2}}},
+    "pd cpu mooncake": {"model": HF, "platform": "CPU", "disaggregation": {
+        "connector": "MooncakeConnectorV1", "prefill": {}, "decode": {}}},
+    "pd cpu example without path": {"model": HF, "platform": "CPU", "disaggregation": {
+        "connector": "ExampleConnector", "prefill": {}, "decode": {}}},
+    "pd cpu example": {"model": HF, "platform": "CPU", "disaggregation": {
+        "connector": "ExampleConnector", "sharedStoragePath": "/var/lib/kv", "prefill": {}, "decode": {}}},
+    "pd cpu example dotdot": {"model": HF, "platform": "CPU", "disaggregation": {
+        "connector": "ExampleConnector", "sharedStoragePath": "/var/lib/kv/../../etc", "prefill": {}, "decode": {}}},
+    "pd cpu example dotted name": {"model": HF, "platform": "CPU", "disaggregation": {
+        "connector": "ExampleConnector", "sharedStoragePath": "/var/lib/..kv", "prefill": {}, "decode": {}}},
+    "pd cpu with tp": {"model": HF, "platform": "CPU", "disaggregation": {
+        "prefill": {"parallelism": {"tensor": 2}}, "decode": {}}},
+    "pd cpu with npu": {"model": HF, "platform": "CPU", "disaggregation": {
+        "prefill": {}, "decode": {"npu": {"perReplica": 1}}}},
+    "pd cpu with port": {"model": HF, "platform": "CPU", "disaggregation": {
+        "kvPort": 40000, "prefill": {}, "decode": {}}},
+    "pd cpu with transport": {"model": HF, "platform": "CPU", "disaggregation": {
+        "transport": "roce", "prefill": {}, "decode": {}}},
+    "cpu offload": {"model": HF, "platform": "CPU", "kvOffload": {"sizeGiB": 4}},
+    "npu offload": {"model": HF, "kvOffload": {"sizeGiB": 64}},
+    "offload with kv flag": {"model": HF, "kvOffload": {"sizeGiB": 64}, "engine": {
+        "extraArgs": ["--kv-transfer-config", "{}"]}},
+    "kv flag without pd": {"model": HF, "engine": {"extraArgs": ["--kv-transfer-config", "{}"]}},
+    "pd with kv flag in a role": {"model": HF, "disaggregation": {"prefill": {}, "decode": {
+        "engine": {"extraArgs": ["--kv_offloading_size=4"]}}}},
+    "pd role engine env reserved": {"model": HF, "disaggregation": {"prefill": {
+        "engine": {"env": {"HCCL_IF_IP": "1.2.3.4"}}}, "decode": {}}},
+    "pd with top-level parallelism": {"model": HF, "parallelism": {"tensor": 1}, "disaggregation": {
+        "prefill": {}, "decode": {}}},
+    "pd with top-level npus": {"model": HF, "npu": {"perReplica": 1}, "disaggregation": {"prefill": {}, "decode": {}}},
+    "pd routed": {"model": HF, "routing": {}, "disaggregation": {"prefill": P4_ROLE, "decode": {}}},
+    "pd routed with a 2-node role": {"model": HF, "routing": {}, "disaggregation": {
+        "prefill": {"nodesPerReplica": 2, "npu": {"perReplica": 8}, "parallelism": {"tensor": 8, "data": 2}},
+        "decode": {}}},
+    "pd roles autoscaled": {"model": HF, "disaggregation": {
+        "prefill": {"autoscaling": {"maxReplicas": 4}},
+        "decode": {"autoscaling": {"maxReplicas": 8, "signal": "runningRequestsPerReplica", "target": 48}}}},
+    "pd role scales to zero": {"model": HF, "disaggregation": {"prefill": {}, "decode": {"autoscaling": {
+        "minReplicas": 0, "maxReplicas": 4, "scaleToZero": {"enabled": True, "activationQuery": "sum(x)"}}}}},
+    "pd role autoscaling min above max": {"model": HF, "disaggregation": {"prefill": {
+        "autoscaling": {"minReplicas": 5, "maxReplicas": 4}}, "decode": {}}},
+    "pd with autoscaling": {"model": HF, "autoscaling": {"maxReplicas": 2}, "disaggregation": {
+        "prefill": {}, "decode": {}}},
     "many broken": {
         "model": HF,
         "npu": {"chip": "A3"},

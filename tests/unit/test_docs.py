@@ -138,3 +138,34 @@ def test_the_readmes_example_is_the_example_file() -> None:
     (name,) = re.findall(r"^`(examples/[\w.-]+\.yaml)`, ", text, re.M)
     (block,) = re.findall(r"^```yaml\n(.*?)^```", text, re.S | re.M)
     assert block == (ROOT / name).read_text(encoding="utf-8")
+
+
+def section(text: str, heading: str) -> str:
+    """The text under ``heading`` up to the next heading of the same or a higher level."""
+    level = heading.split(" ", 1)[0]
+    start = text.index(heading + "\n") + len(heading)
+    rest = text[start:]
+    ends = [m.start() for m in re.finditer(r"^#{1,%d} " % len(level), rest, re.M)]
+    return rest[: ends[0]] if ends else rest
+
+
+def test_the_readmes_disaggregation_paragraph_leads_to_the_drawn_path_the_npu_limits_and_the_cpu_bench() -> None:
+    """What the README states in brief is where it links: the request path drawn with both legs,
+    RDMA, HCCS and the transfer engine's ports under what only an NPU can confirm, and the CPU bench."""
+    (paragraph,) = [p for p in README.read_text(encoding="utf-8").split("\n\n")
+                    if p.startswith("**Prefill/decode disaggregation**")]
+    targets = LINK.findall(paragraph)
+    assert "docs/kv-transfer.md#routing-specrouting-with-disaggregation" in targets
+    kv = (ROOT / "docs" / "kv-transfer.md").read_text(encoding="utf-8")
+    (drawing,) = re.findall(r"^```\n(.*?)^```", section(kv, "### Routing (`spec.routing` with disaggregation)"),
+                            re.S | re.M)
+    assert "prefill leg" in drawing and "decode leg" in drawing and "pulls the KV" in drawing
+    npu = section(kv, "### What only an NPU can confirm")
+    assert all(word in npu for word in ("RDMA", "HCCS", "random ports"))
+    (bench_link,) = [t for t in targets if t.startswith("bench/README.md#")]
+    bench = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    (heading,) = [line for line in bench.splitlines() if line.startswith("## ") and slug(line[3:]) ==
+                  bench_link.partition("#")[2]]
+    body = section(bench, heading)
+    assert "CPU" in heading and "`bench/pd_latency.py`" in heading and "TTFT" in body and "ITL" in body
+    assert "NIXL" in paragraph and "ExampleConnector" in paragraph  # the connectors tests/engine/test_pd_cpu.py runs

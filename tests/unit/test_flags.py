@@ -8,6 +8,8 @@ extra_args precedence; additional_config key filtering.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 from typing import Any
@@ -444,6 +446,28 @@ def test_platform_env_defaults_leave_set_values_alone() -> None:
         env_config({"TASK_QUEUE_ENABLE": "2"}), V23, PW, base_env={"OMP_NUM_THREADS": "4"}
     )
     assert command.env == {"TASK_QUEUE_ENABLE": "2"}
+
+
+@pytest.mark.parametrize(
+    ("versions", "env", "base_env", "expected"),
+    [
+        # Sharing the node's cores: every engine's `auto` would bind to the same core ids.
+        (dataclasses.replace(CPU, shared_cpus=True), {}, {}, {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}),
+        # Exclusive cores (the static CPU manager): vLLM's own binding within them.
+        (dataclasses.replace(CPU, shared_cpus=False), {}, {}, {}),
+        (CPU, {}, {}, {}),  # unknown: vLLM's default
+        # Set by the user or the image: left alone.
+        (dataclasses.replace(CPU, shared_cpus=True), {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}, {},
+         {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}),
+        (dataclasses.replace(CPU, shared_cpus=True), {}, {"VLLM_CPU_OMP_THREADS_BIND": "auto"}, {}),
+        # Not vLLM's CPU backend.
+        (dataclasses.replace(V23, shared_cpus=True), {}, {}, ASCEND_ENV),
+    ],
+)
+def test_cpu_thread_binding_is_left_to_the_kernel_on_shared_cores(
+        versions: Versions, env: dict[str, str], base_env: dict[str, str], expected: dict[str, str]) -> None:
+    command = render_engine_command(env_config(env), versions, EAGER, base_env=base_env)
+    assert command.env == expected
 
 
 # ---- extra_args ------------------------------------------------------------------------------------

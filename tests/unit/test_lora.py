@@ -4,6 +4,7 @@ reconciler's pure parts (diff, backoff, file reading) and its rounds against a s
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ascend_runtime.adapters import (
     plan_actions,
 )
 from ascend_runtime.config import (
+    Adapter,
     AdapterPhase,
     AdapterSet,
     AdapterStatus,
@@ -466,3 +468,24 @@ def test_a_downloaded_adapter_is_loaded_only_once_its_cache_marker_says_the_file
     run(rec.reconcile_once())
     assert engine.calls == [("load", "sql")] and engine.adapters == {"sql": str(snapshot)}
     assert states(store) == {"sql": "Loaded"}
+
+
+def test_an_adapter_file_the_engine_user_cannot_read_is_named_with_its_mode(tmp_path: Path) -> None:
+    from ascend_runtime.adapters import access_problem
+
+    directory = tmp_path / "sql"
+    directory.mkdir()
+    (directory / "adapter_config.json").write_text("{}")
+    weights = directory / "adapter_model.safetensors"
+    weights.write_bytes(b"x")
+    weights.chmod(0o600)
+    adapter = Adapter(name="sql", path=str(directory))
+    if os.getuid() == 0:  # root reads every file: the real check says nothing
+        assert access_problem(adapter) is None
+    problem = access_problem(adapter, readable=lambda path: not path.endswith(".safetensors"))
+    assert problem is not None
+    assert "adapter_model.safetensors in " + str(directory) in problem
+    assert "mode 0600" in problem and "adapter_config.json" not in problem.split(" in ")[0]
+    assert access_problem(adapter, readable=lambda path: True) is None
+    # No directory: vLLM's own "No adapter found" names the path.
+    assert access_problem(Adapter(name="x", path=str(tmp_path / "missing")), readable=lambda path: False) is None

@@ -14,7 +14,7 @@ from ascend_operator.api import AscendLLMDeploymentStatus, SpecError, parse_spec
 from ascend_operator.builders import CONFIG_HASH_ANNOTATION, BuildMeta, Children, build_children
 from ascend_operator.builders.modelcache import plan_cache
 from ascend_operator.lora import enforce_lora, image_vllm_ascend, lora_problems, lora_warnings
-from ascend_operator.lorastatus import lora_events, lora_status
+from ascend_operator.lorastatus import adapters_settling, lora_events, lora_status
 from ascend_operator.policy import enforce_policy
 from ascend_operator.settings import load_settings
 from ascend_operator.status import Observation, compute_status, transition_events
@@ -285,6 +285,26 @@ def test_status_counts_each_adapter_per_replica_with_the_first_error() -> None:
     ]}
     AscendLLMDeploymentStatus.model_validate({"lora": status})  # declared, so the server keeps it
     assert lora_wire(parse_spec({"model": HF}), [("demo-a", state())]) is None
+
+
+def test_the_operator_polls_while_a_replica_has_neither_loaded_nor_failed_an_adapter() -> None:
+    two = parse_spec(lora_spec(adapter("sql"), adapter("chat")))
+    # chat is in the spec, not yet on demo-b (its adapters file not swapped in, or loading).
+    assert adapters_settling(lora_wire(two, [("demo-a", state(loaded("sql"), loaded("chat"))),
+                                             ("demo-b", state(loaded("sql")))]))
+    assert adapters_settling(lora_wire(two, [("demo-a", state(loaded("sql"),
+                                                              AdapterStatus(name="chat", state=AdapterPhase.LOADING)))]))
+    # Loaded or failed everywhere (a failure is retried by the runtime, reported on change): settled.
+    assert not adapters_settling(lora_wire(two, [("demo-a", state(loaded("sql"), failed("chat", "rank"))),
+                                                 ("demo-b", state(loaded("sql"), loaded("chat"))),
+                                                 ("demo-c", None)]))
+    assert not adapters_settling(None)  # LoRA off
+    # A hub adapter still downloading is polled for its download, not counted here.
+    downloading = {"replicas": 1, "adapters": [{"name": "hub", "loaded": 0, "failed": 0,
+                                                "download": {"phase": "Downloading"}}]}
+    assert not adapters_settling(downloading)
+    downloading["adapters"][0]["download"]["phase"] = "Complete"
+    assert adapters_settling(downloading)
 
 
 def test_status_reports_a_file_the_runtime_cannot_use() -> None:

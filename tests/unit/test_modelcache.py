@@ -66,10 +66,9 @@ def test_the_fetch_job_downloads_the_pinned_revision_through_the_mirror_with_the
     request = FetchRequest.model_validate_json(container["command"][3])
     assert (request.repo_id, request.revision, request.endpoint, request.cache_root) == (
         "Qwen/Qwen2.5-7B-Instruct", "v1.0", "https://hf-mirror.com", CACHE_DIR)
-    assert container["env"] == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in container["env"]
     assert "token" not in container["command"][3].lower()
-    assert pod["volumes"] == [{"name": "model-cache", "persistentVolumeClaim": {"claimName": "shared"}}]
-    assert container["volumeMounts"] == [{"name": "model-cache", "mountPath": CACHE_DIR}]
+    assert pod["volumes"][0] == {"name": "model-cache", "persistentVolumeClaim": {"claimName": "shared"}}
     assert pod["restartPolicy"] == "Never" and pod["securityContext"]["runAsNonRoot"] is True
     # Permanent failures end the Job at once; the rest retry with the Job's backoff.
     rule = spec["podFailurePolicy"]["rules"][0]
@@ -104,8 +103,8 @@ def test_a_host_path_cache_downloads_per_node_in_an_init_container() -> None:
     kids = children({**HF, "cache": {"hostPath": "/data/llm-cache"}})
     assert kids.fetch_job is None and kids.cache_claim is None
     pod = kids.workload["spec"]["template"]["spec"]
-    (init,) = pod["initContainers"]
-    assert init["name"] == "fetch" and "ports" not in init
+    (init,) = [c for c in pod["initContainers"] if c["name"] == "fetch"]
+    assert "ports" not in init
     # The namespace's own directory below the administrator's cache prefix.
     assert {"name": "model-cache", "hostPath": {"path": f"/data/llm-cache/{NS}", "type": "DirectoryOrCreate"}} \
         in pod["volumes"]
@@ -310,3 +309,73 @@ def test_the_compile_cache_key_carries_the_namespace() -> None:
     spec = parse_spec({"model": {**HF, "cache": {"claimName": "c"}}})
     assert build_children(BuildMeta("qwen", "team-a"), spec, SETTINGS).engine_config.compile_cache.namespace \
         == "team-a"
+
+
+# ---------------------------------------------------------------------------- what a fetch may write
+
+REPO_DIR = "models/huggingface/Qwen/Qwen2.5-7B-Instruct"
+
+
+def _writable(container: dict[str, Any], pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The container's mounts it can write: read-only ones and the volumes of no disk left out."""
+    kinds = {v["name"]: v for v in pod["volumes"]}
+    return [m for m in container["volumeMounts"] if not m.get("readOnly") and "emptyDir" not in kinds[m["name"]]]
+
+
+def test_a_fetch_can_write_only_its_repo_s_directory_of_the_cache() -> None:
+    kids = children({**HF, "cache": {"claimName": "shared"}},
+                    lora={"enabled": True, "adapters": [{"name": "sql", "source": {"huggingFace": {
+                        "id": "org/sql-lora", "revision": "v1"}}}]})
+    jobs = [kids.fetch_job, *kids.adapter_fetch_jobs]
+    assert len(jobs) == 2
+    for job, sub_path in zip(jobs, (REPO_DIR, "models/huggingface/org/sql-lora")):
+        pod = job["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        # Of the cache only the repo's directory (its snapshots, markers, locks), where the fetch writes.
+        assert _writable(container, pod) == [{"name": "model-cache", "mountPath": f"{CACHE_DIR}/{sub_path}",
+                                              "subPath": sub_path}]
+        request = FetchRequest.model_validate_json(container["command"][3])
+        assert str(request.model_dir).startswith(f"{CACHE_DIR}/{sub_path}/")
+        assert str(request.marker_path).startswith(f"{CACHE_DIR}/{sub_path}/")
+        # Nothing else: a read-only root filesystem, HOME and TMPDIR on the pod's own scratch.
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        scratch = {v["name"]: v for v in pod["volumes"]}["fetch-scratch"]
+        assert "emptyDir" in scratch
+        assert {e["name"]: e.get("value") for e in container["env"]}.items() >= {"HOME": "/tmp", "TMPDIR": "/tmp"}.items()
+        assert [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "fetch-scratch"] == ["/tmp"]
+        assert "initContainers" not in pod  # a claim: fsGroup makes its subPaths the engine group's
+
+
+def test_fetch_jobs_tolerate_what_the_serving_pods_tolerate_and_a_new_toleration_is_a_new_job() -> None:
+    toleration = {"key": "huawei.com/Ascend910", "operator": "Exists", "effect": "NoSchedule"}
+    plain = children({**HF, "cache": {"claimName": "c"}})
+    tolerant = children({**HF, "cache": {"claimName": "c"}}, npu={"tolerations": [toleration]})
+    assert "tolerations" not in plain.fetch_job["spec"]["template"]["spec"]
+    assert tolerant.fetch_job["spec"]["template"]["spec"]["tolerations"] == [toleration]
+    assert "nodeSelector" not in tolerant.fetch_job["spec"]["template"]["spec"]  # allowed there, not sent there
+    assert tolerant.fetch_job["metadata"]["name"] != plain.fetch_job["metadata"]["name"]
+
+
+def test_a_host_path_cache_s_directories_are_handed_to_the_engine_user_first() -> None:
+    kids = children({**HF, "cache": {"hostPath": "/data/llm-cache/team"}})
+    pod = kids.workload["spec"]["template"]["spec"]
+    dirs, fetch = pod["initContainers"]
+    assert (dirs["name"], fetch["name"]) == ("cache-dirs", "fetch")
+    # A fixed command on fixed paths in the operator's fetch image: nothing of the tenant's in it.
+    assert dirs["image"] == SETTINGS.fetch_image
+    assert dirs["command"] == ["chown", "1000:1000", "/cache-dirs/fetch", "/cache-dirs/compile"]
+    assert dirs["volumeMounts"] == [
+        {"name": "model-cache", "mountPath": "/cache-dirs/fetch", "subPath": REPO_DIR},
+        {"name": "model-cache", "mountPath": "/cache-dirs/compile", "subPath": "compile"}]
+    security = dirs["securityContext"]
+    assert security["runAsUser"] == 0 and security["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True
+    # The node's fetch then writes only its repo's directory, as the Job does.
+    assert _writable(fetch, pod) == [{"name": "model-cache", "mountPath": f"{CACHE_DIR}/{REPO_DIR}",
+                                      "subPath": REPO_DIR}]
+    # A local model keeps only compile caches there; without them nothing is handed over.
+    local = children({"pvc": {"claimName": "weights"}, "cache": {"hostPath": "/data/llm-cache"}})
+    (only,) = local.workload["spec"]["template"]["spec"]["initContainers"]
+    assert only["command"] == ["chown", "1000:1000", "/cache-dirs/compile"]
+    none = children({"pvc": {"claimName": "weights"}, "cache": {"hostPath": "/data/llm-cache", "compileCache": False}})
+    assert "initContainers" not in none.workload["spec"]["template"]["spec"]

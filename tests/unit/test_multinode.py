@@ -329,7 +329,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
             "name": "deepseek-v3-lws",
             "namespace": "llm",
             "labels": labels("deepseek-v3"),
-            "annotations": {"llm.ascend.dev/spec-hash": "aade286448044138"},
+            "annotations": {"llm.ascend.dev/spec-hash": "8f3c9377f48bd96d"},
         },
         "spec": {
             "replicas": 1,
@@ -347,7 +347,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                             **labels("deepseek-v3"),
                             "llm.ascend.dev/role": "leader",
                         },
-                        "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
+                        "annotations": {"llm.ascend.dev/config-hash": "f8064b564a3328f4"},
                     },
                     "spec": engine_pod_spec(
                         container=engine_container(
@@ -397,7 +397,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                             **labels("deepseek-v3"),
                             "llm.ascend.dev/role": "worker",
                         },
-                        "annotations": {"llm.ascend.dev/config-hash": "e8a7ba855dd4d3e9"},
+                        "annotations": {"llm.ascend.dev/config-hash": "f8064b564a3328f4"},
                     },
                     "spec": engine_pod_spec(
                         container=engine_container(
@@ -489,7 +489,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
             "name": "deepseek-v3-config",
             "namespace": "llm",
             "labels": labels("deepseek-v3", "engine-config"),
-            "annotations": {"llm.ascend.dev/spec-hash": "fd3f8bac94c16da5"},
+            "annotations": {"llm.ascend.dev/spec-hash": "e679edb0a5edd744"},
         },
         "data": {},
     },
@@ -506,6 +506,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
             "quantization": "ascend",
             "parallel": {"tensor": 4, "data": 4, "expert": True},
             "shutdownTimeoutS": 60,
+            "weightsStorage": "network",  # weights on a PersistentVolumeClaim
         },
         ascend={"multistreamOverlapSharedExpert": True},
         warmup={"promptLengths": [64, 2048], "concurrency": [1, 16]},

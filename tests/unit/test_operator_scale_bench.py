@@ -7,6 +7,7 @@ cluster.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -99,7 +100,7 @@ def test_lag_stats_interpolates_between_ranks() -> None:
 def result(name: str, **values):
     base = dict(count=1000, converge_children_s=10.0, converge_status_s=12.0, rss_peak_mb=100.0,
                 rss_restart_peak_mb=90.0, idle_writes=0, idle_writes_per_resync=0.0, restart_writes=0,
-                restart_idle=True)
+                restart_idle=True, converge_cpu_s=10.0, idle_window_s=65.0, idle_cpu_cores=0.01, ready=1000)
     base.update(values)
     return osb.OperatorResult(name=name, **base)
 
@@ -108,10 +109,12 @@ def verdicts(targets) -> dict[str, bool | None]:
     return {target.name: target.passed for target in targets}
 
 
-def again(ours: float, minimal: float) -> dict:
-    """One further converge round: both operators' converge seconds (children and status alike)."""
-    return {"ours": result("ours", converge_children_s=ours, converge_status_s=ours),
-            "minimal": result("minimal", converge_children_s=minimal, converge_status_s=minimal)}
+def again(ours: float, minimal: float, ours_cpu: float = 10.0, minimal_cpu: float = 10.0) -> dict:
+    """One further converge round: both operators' converge seconds (children and status alike)
+    and their CPU seconds to converge."""
+    return {"ours": result("ours", converge_children_s=ours, converge_status_s=ours, converge_cpu_s=ours_cpu),
+            "minimal": result("minimal", converge_children_s=minimal, converge_status_s=minimal,
+                              converge_cpu_s=minimal_cpu)}
 
 
 def test_evaluate_passes_when_every_target_holds() -> None:
@@ -120,7 +123,8 @@ def test_evaluate_passes_when_every_target_holds() -> None:
                            [again(10.5, 10.0), again(9.0, 10.0)])
     assert verdicts(targets) == {
         "converge to last child / minimal": True, "converge to last status / minimal": True,
-        "peak RSS (MB)": True, "writes per idle resync": True, "writes on restart": True,
+        "operator CPU to converge / minimal": True, "peak RSS (MB)": True, "CPU while idle (cores)": True,
+        "resources Ready before the idle window": True, "writes per idle resync": True, "writes on restart": True,
     }
     assert osb.failures(targets) == []
 
@@ -138,20 +142,32 @@ def test_evaluate_names_each_failure() -> None:
     ours = result("ours", converge_children_s=12.1, converge_status_s=30.0, rss_peak_mb=140.0,
                   rss_restart_peak_mb=151.0, idle_writes=4, idle_writes_per_resync=2.0,
                   idle_writes_by_kind={"PATCH ascendllmdeployments.llm.ascend.dev/status": 4},
-                  restart_writes=3, restart_writes_by_kind={"APPLY configmaps": 3})
+                  restart_writes=3, restart_writes_by_kind={"APPLY configmaps": 3}, converge_cpu_s=25.0,
+                  idle_cpu_cores=0.05, ready=990)
     targets = osb.evaluate(ours, result("minimal", converge_children_s=10.0, converge_status_s=12.0),
-                           [again(13.0, 10.0), again(12.5, 10.0)])
+                           [again(13.0, 10.0, 21.0), again(12.5, 10.0, 30.0)])
     assert verdicts(targets) == {
         "converge to last child / minimal": False, "converge to last status / minimal": False,
-        "peak RSS (MB)": False, "writes per idle resync": False, "writes on restart": False,
+        "operator CPU to converge / minimal": False, "peak RSS (MB)": False, "CPU while idle (cores)": False,
+        "resources Ready before the idle window": False, "writes per idle resync": False, "writes on restart": False,
     }
     reasons = osb.failures(targets)
     assert reasons[0] == ("converge to last child / minimal: 1.25 (target <= 1.2x): MISSED: range 1.21-1.3 over "
                           "3 samples, all on the wrong side of 1.2; median of 3 rounds (1.21, 1.30, 1.25): 12.1 s "
                           "vs 10.0 s; 13.0 s vs 10.0 s; 12.5 s vs 10.0 s")
-    assert reasons[2] == "peak RSS (MB): 151.0 (target <= 150 at N=1000)"  # the restart's peak counts
-    assert "PATCH ascendllmdeployments.llm.ascend.dev/status x4" in reasons[3]
-    assert "APPLY configmaps x3" in reasons[4]
+    assert reasons[2].startswith("operator CPU to converge / minimal: 2.5 (target <= 2.0x): MISSED: range 2.1-3")
+    assert reasons[3] == "peak RSS (MB): 151.0 (target <= 150 at N=1000)"  # the restart's peak counts
+    assert reasons[4] == "CPU while idle (cores): 0.05 (target <= 0.02 at N=1000)"
+    assert reasons[5] == "resources Ready before the idle window: 990 (target = 1000)"
+    assert "PATCH ascendllmdeployments.llm.ascend.dev/status x4" in reasons[6]
+    assert "APPLY configmaps x3" in reasons[7]
+
+
+def test_above_1000_resources_the_large_limits_apply() -> None:
+    ours = result("ours", count=10000, rss_peak_mb=450.0, idle_cpu_cores=0.08, ready=10000)
+    got = verdicts(osb.evaluate(ours, result("minimal")))
+    assert got["peak RSS (MB)"] is True and got["CPU while idle (cores)"] is True
+    assert osb.limits(1000) == (150.0, 0.02) and osb.limits(10000) == (600.0, 0.1)
 
 
 def test_evaluate_fails_a_restart_that_never_went_idle_and_an_unconverged_run() -> None:
@@ -183,7 +199,8 @@ def test_evaluate_takes_the_median_of_the_rounds_ratios() -> None:
     named = verdicts(osb.evaluate(ours, minimal, same, yardstick="minimal-same"))
     assert "converge to last child / minimal-same" in named  # the rounds are read under the yardstick's name
     table = osb.format_rounds([{"ours": ours, "minimal": minimal}, rounds[0]]).splitlines()
-    assert table[3] == "| 2 | minimal, ours | minimal 20.0 / ours 22.0 | minimal 20.0 / ours 22.0 |"
+    assert table[3] == ("| 2 | minimal, ours | minimal 20.0 / ours 22.0 | minimal 20.0 / ours 22.0 "
+                        "| minimal 10.0 / ours 10.0 |")
 
 
 def test_evaluate_without_a_yardstick_does_not_pass_the_ratio() -> None:
@@ -195,11 +212,13 @@ def test_evaluate_without_a_yardstick_does_not_pass_the_ratio() -> None:
 
 
 def test_format_table_puts_the_operators_side_by_side() -> None:
-    table = osb.format_table([result("ours", applied=1000), result("minimal", applied=1000)]).splitlines()
+    table = osb.format_table([result("ours", applied=1000, idle_window_s=None),
+                              result("minimal", applied=1000, idle_window_s=None)]).splitlines()
     assert table[0] == "| | ours | minimal |"
     assert "| converge: first apply to last status (s) | 12.0 | 12.0 |" in table
     assert "| writes per idle resync | 0.00 | 0.00 |" in table  # no window measured: none shown
     assert "| writes on restart | 0 | 0 |" in table
+    assert "| CPU while idle (cores) | - | - |" in table  # no window: not 0
 
 
 def test_idle_since_needs_a_full_quiet_window_without_writes_and_busy_cpu() -> None:
@@ -227,6 +246,7 @@ def test_parse_requests_keeps_the_reads_that_show_a_resync_ran() -> None:
         sample("WATCH", "deployments", 8, group="apps"),  # one long request, not a resync
         sample("GET", "", 9, subresource="/metrics"),  # the benchmark's own scrape
         sample("PATCH", "ascendllmdeployments", 1, group="llm.ascend.dev", subresource="status"),
+        sample("CONNECT", "pods", 7, subresource="proxy", code="503"),  # a runtime's /state through the proxy
     )
     requests = osb.parse_requests(text)
     assert requests == Counter({
@@ -234,7 +254,9 @@ def test_parse_requests_keeps_the_reads_that_show_a_resync_ran() -> None:
         Key("llm.ascend.dev", "ascendllmdeployments", "", "GET"): 6,
         Key("apps", "deployments", "", "LIST"): 3,
         Key("llm.ascend.dev", "ascendllmdeployments", "status", "PATCH"): 1,
+        Key("", "pods", "proxy", "CONNECT"): 7,
     })
+    assert osb.only(requests, osb.PROXY_VERBS) == Counter({Key("", "pods", "proxy", "CONNECT"): 7})
     assert osb.only(requests, osb.READ_VERBS) == Counter({
         Key("", "pods", "", "LIST"): 4, Key("llm.ascend.dev", "ascendllmdeployments", "", "GET"): 6,
         Key("apps", "deployments", "", "LIST"): 3})
@@ -248,3 +270,188 @@ def test_idle_since_waits_for_the_floor() -> None:
     assert not osb.idle_since(samples, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1, min_s=40.0))
     longer = [*samples, (42.0, 0, 0.0)]
     assert osb.idle_since(longer, osb.IdleCheck(quiet_s=10.0, cpu_limit=0.1, min_s=40.0))
+
+
+def fake_pack(tmp_path, up_body: str):
+    """A control-plane pack whose up.sh and down.sh record each call (their arguments) in calls.txt."""
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    calls = tmp_path / "calls.txt"
+    (pack / "down.sh").write_text(f'echo "down $*" >> {calls}\n')
+    (pack / "up.sh").write_text(f'echo "up $*" >> {calls}\n{up_body}\n')
+    return pack, calls
+
+
+def test_the_bench_stops_the_control_plane_it_started_when_the_run_fails(tmp_path) -> None:
+    # The kubeconfig up.sh names does not exist: the run cannot start (exit 2) after the pack did.
+    pack, calls = fake_pack(tmp_path, f"echo export KUBECONFIG={tmp_path}/missing.kubeconfig")
+    workdir = tmp_path / "work"
+    assert osb.main(["--pack", str(pack), "--workdir", str(workdir), "--port-base", "23000"]) == 2
+    assert calls.read_text().splitlines() == [f"down {workdir} --wipe", f"up {workdir} --port-base 23000",
+                                              f"down {workdir}"]
+
+
+def test_the_bench_stops_the_control_plane_on_sigterm(tmp_path) -> None:
+    # up.sh's parent is the bench: a SIGTERM while the pack starts ends the run like Ctrl-C.
+    pack, calls = fake_pack(tmp_path, "kill -TERM $PPID; sleep 5")
+    workdir = tmp_path / "work"
+    with pytest.raises(KeyboardInterrupt):
+        osb.main(["--pack", str(pack), "--workdir", str(workdir), "--port-base", "23000"])
+    assert calls.read_text().splitlines()[-1] == f"down {workdir}"
+
+
+def test_the_bench_leaves_a_given_cluster_alone(tmp_path) -> None:
+    pack, calls = fake_pack(tmp_path, "exit 1")
+    assert osb.main(["--pack", str(pack), "--kubeconfig", str(tmp_path / "missing"), "--count", "1"]) == 2
+    assert not calls.exists()
+
+
+def earlier_run(*status_s: float | None, count: int = 1000) -> dict:
+    """An earlier --out JSON: its count and the project's operator's converge seconds per round."""
+    return {"count": count, "rounds": [{"ours": {"converge_status_s": s}, "minimal-same": {}} for s in status_s]}
+
+
+def test_growth_judges_converge_time_against_linear_from_an_earlier_run() -> None:
+    (one,) = osb.growth([600.0], 10000, earlier_run(80.0, 90.0, 100.0))
+    # One run at 10,000 against three at 1,000: ratios 6.0-7.5, under 10x, but one sample bounds nothing.
+    assert one.name == "converge growth 1000 -> 10000 (to last status)" and one.limit == "<= 10x"
+    assert one.value == 6.667 and one.passed is None
+    assert one.detail.startswith("inconclusive: range 6-7.5 over 1 sample: fewer than 3 samples")
+    assert one.detail.endswith("600.0 s at 10000 vs 80.0, 90.0, 100.0 s at 1000")
+    (three,) = osb.growth([600.0, 700.0, 650.0], 10000, earlier_run(80.0, 90.0, 100.0))
+    assert three.passed is True and three.detail.startswith("met: range 6-8.75 over 3 samples")
+    (slow,) = osb.growth([1100.0, 1200.0, 1300.0], 10000, earlier_run(80.0, 90.0, 100.0))
+    assert slow.passed is False and osb.failures([slow])[0].startswith(
+        "converge growth 1000 -> 10000 (to last status): 13.333 (target <= 10x): MISSED")
+    (straddles,) = osb.growth([700.0, 800.0, 900.0], 10000, earlier_run(80.0, 90.0, 100.0))
+    assert straddles.passed is None  # 7.0-11.25
+
+
+def test_growth_without_every_round_converged_is_not_measured() -> None:
+    (target,) = osb.growth([None], 10000, earlier_run(80.0))
+    assert target.value is None and target.passed is None
+    (target,) = osb.growth([600.0], 10000, earlier_run(80.0, None))
+    assert target.value is None and target.passed is None
+    with pytest.raises(ValueError, match="not fewer than"):
+        osb.growth([600.0], 1000, earlier_run(80.0))
+
+
+def test_linear_from_must_name_a_run_at_fewer_resources(tmp_path) -> None:
+    small = tmp_path / "r1000.json"
+    small.write_text(json.dumps(earlier_run(80.0)))
+    assert osb.parse_args(["--count", "10000", "--linear-from", str(small)]).linear_from_report["count"] == 1000
+    with pytest.raises(SystemExit):
+        osb.parse_args(["--count", "1000", "--linear-from", str(small)])
+    with pytest.raises(SystemExit):
+        osb.parse_args(["--count", "10000", "--linear-from", str(tmp_path / "missing.json")])
+
+
+class FakeApi:
+    """The API server's request counters: one operator write more on every reading."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def metrics_requests(self) -> Counter:
+        self.writes += 1
+        return Counter({Key("", "configmaps", "", "APPLY"): self.writes})
+
+
+class FakeOperator:
+    peak_rss = 120_000_000
+
+    def stop(self) -> None: ...
+
+    def start(self, timeout_s: float) -> None: ...
+
+
+def test_a_restart_window_stopped_by_a_signal_reports_what_it_saw(monkeypatch) -> None:
+    run = object.__new__(osb.OperatorRun)
+    run.api, run.op = FakeApi(), FakeOperator()
+    run.ctx = type("Ctx", (), {"restart_quiet_s": 15.0, "resync_s": 30.0, "restart_timeout_s": 600.0})()
+    run.result = result("ours", restart_writes=None, restart_idle=None)
+
+    def stopped(*_args, **_kwargs):
+        raise KeyboardInterrupt("signal 15")
+
+    monkeypatch.setattr(osb, "wait_idle", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        run.restart()
+    got = run.result
+    assert got.restart_idle is False and got.restart_writes == 1 and got.rss_restart_peak_mb == 120.0
+    assert got.restart_writes_by_kind == {"APPLY configmaps": 1}
+    assert got.errors == ["stopped (signal 15) 0 s into the restart window"]
+
+
+def test_a_run_stopped_by_a_signal_is_reported_and_fails(tmp_path, monkeypatch) -> None:
+    ran = []
+
+    class StoppedRun:
+        def __init__(self, ctx, name, *_args, **_kwargs) -> None:
+            self.result = result(name, count=10, ready=10, converge_status_s=50.0, restart_writes=None,
+                                 restart_idle=None)
+
+        def run(self, full: bool = True):
+            ran.append(self.result.name)
+            raise KeyboardInterrupt("signal 15")
+
+    ctx = type("Ctx", (), {"log_dir": tmp_path})()
+    monkeypatch.setattr(osb, "prepare", lambda *_args, **_kwargs: ctx)
+    monkeypatch.setattr(osb, "OperatorRun", StoppedRun)
+    out = tmp_path / "r.json"
+    code = osb._run(osb.parse_args(["--count", "10", "--operators", "ours,minimal-same", "--rounds", "3",
+                                    "--kubeconfig", "k", "--out", str(out)]), None)
+    assert code == 1 and ran == ["ours"]  # no further run after the stop
+    report = json.loads(out.read_text())
+    assert report["operators"]["ours"]["converge_status_s"] == 50.0
+    assert report["failures"] == ["run: None (target no error): stopped (signal 15)"]
+    assert report["passed"] is False
+
+
+def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch) -> None:
+    """Two resources: one has its status and every child, the other nothing, when the stop comes."""
+
+    class Api(FakeApi):
+        def metrics_writes(self) -> Counter:
+            return self.metrics_requests()
+
+        def apply(self, path: str, body: dict) -> None: ...
+
+    class Operator(FakeOperator):
+        def cpu_s(self) -> float:
+            return 1.0
+
+    class Watcher:
+        ready = type("Ready", (), {"wait": staticmethod(lambda _timeout: True)})()
+
+        def __init__(self) -> None:
+            import threading
+            self.stopped, self.error = threading.Event(), None
+
+        def start(self) -> None: ...
+
+    class Done:
+        @staticmethod
+        def wait(_timeout: float) -> bool:
+            raise KeyboardInterrupt("signal 15")
+
+    run = object.__new__(osb.OperatorRun)
+    run.api, run.op, run.watchers, run.namespace = Api(), Operator(), [Watcher()], "ns"
+    run.names = ["llm-0000", "llm-0001"]
+    run.ctx = type("Ctx", (), {"workers": 2, "converge_timeout_s": 900.0, "example": {"spec": {}},
+                               "crd": type("Crd", (), {"group": "g", "version": "v", "kind": "K",
+                                                       "collection": staticmethod(lambda ns: f"/c/{ns}")})()})()
+    run.result = osb.OperatorResult(name="ours", count=2)
+    run.tracker = osb.Tracker(run.names, "K")
+    run.tracker.done = Done()
+    run.tracker.resource({"metadata": {"name": "llm-0000"}, "status": {"observedGeneration": 1}})
+    for kind in osb.CHILD_COLLECTIONS:
+        run.tracker.child(kind, {"ownerReferences": [{"kind": "K", "name": "llm-0000"}]})
+    with pytest.raises(KeyboardInterrupt):
+        run.converge()
+    got = run.result
+    assert got.applied == 2 and got.status_missing == 1 and got.children_missing == len(osb.CHILD_COLLECTIONS)
+    assert got.converge_status_s is None and got.converge_cpu_s is None and got.rss_peak_mb == 120.0
+    assert len(got.errors) == 1 and got.errors[0].startswith("stopped (signal 15) 0 s after the first apply: "
+                                                             f"{len(osb.CHILD_COLLECTIONS)} children and 1 statuses")
+    assert run.watchers[0].stopped.is_set()

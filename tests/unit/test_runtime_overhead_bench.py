@@ -7,6 +7,8 @@ Synthetic inputs with complete expected values; nothing here starts a process or
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from pathlib import Path
 
@@ -142,6 +144,25 @@ def test_first_request_stats_compare_each_length_and_batch_with_its_warm_median_
         ro.LengthStats(40, 0.6, 0.55, pytest.approx(0.6 / 0.55), 4, pytest.approx(1.0), pytest.approx(1.2), 2),
         ro.LengthStats(440, 0.5, None, None, 1, None, None, 0),
     ]
+
+
+def test_the_engines_cpu_seconds_per_wave_tell_a_busy_machine_from_extra_work():
+    first = [(472, 4, 0.6), (264, 4, 0.6)]
+    warm = {(472, 4): [0.3, 0.35, 0.32], (264, 4): [0.3, 0.3, 0.3]}
+    # 472 x4 burned twice the CPU of its warm waves (a cold path); 264 x4 the same CPU (it waited).
+    cpu_first = {(472, 4): 1.0, (264, 4): 0.5}
+    cpu_warm = {(472, 4): [0.5, 0.5, 0.45], (264, 4): [0.5, 0.48, 0.52]}
+    stats = ro.first_request_stats(first, warm, cpu_first, cpu_warm)
+    assert (stats[0].cpu_first_s, stats[0].cpu_warm_median_s) == (1.0, 0.5)
+    assert (stats[0].cpu_ratio_low, stats[0].cpu_ratio_high) == (pytest.approx(2.0), pytest.approx(1.0 / 0.45))
+    entry = {"start": "rt", "kind": "runtime", "mode": "PIECEWISE", "warmup": "on",
+             "lengths": [dataclasses.asdict(item) for item in stats]}
+    goals = ro.goals({"firstRequest": [entry]})
+    assert goals["first request <= 1.3x warm (rt)"].outcome.value == "MISSED"
+    diagnostic = goals["engine CPU of the first wave <= 1.3x warm (rt; diagnostic)"]
+    assert diagnostic.outcome.value == "MISSED" and "472 tok x4" in diagnostic.reason
+    assert "264 tok x4" not in diagnostic.reason
+    assert "CPU 1.00 / 0.50 s (2.00-2.22)" in ro.format_report({"firstRequest": [entry]})
 
 
 # -- configs and commands --------------------------------------------------------------------

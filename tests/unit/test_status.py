@@ -491,3 +491,27 @@ def test_tuned_defaults_status_keeps_at_most_the_limit_of_applied_lines() -> Non
     many = {**MOE_REPORT, "applied": [{"kind": "env", "setting": f"V{i}=1", "source": "s@v1"} for i in range(40)]}
     status = compute_status(spec(replicas=1), observe([pod("qwen-a")], {"qwen-a": reporting(many)}), None, NOW)
     assert status["tunedDefaults"]["applied"] == [f"V{i}=1 (s@v1)" for i in range(MAX_TUNED_APPLIED)]
+
+
+def test_engine_relaunches_container_restarts_and_a_resumed_ladder_show_per_pod_and_summed() -> None:
+    # Seen on a real kubelet (tests/node/test_node_restarts.py): an engine killed in its container
+    # is relaunched by the runtime, a hung one restarted by the kubelet; the status says both.
+    restarted = pod("qwen-b")
+    restarted["status"]["containerStatuses"] = [{"name": "engine", "restartCount": 2, "state": {"running": {}}}]
+    states = {
+        "qwen-a": runtime(RuntimePhase.READY, engine_restarts=1),
+        "qwen-b": runtime(RuntimePhase.READY, engine_restarts=3,
+                          resumed="rung 1 (PIECEWISE), kept from this pod's previous container: x"),
+    }
+    graph = compute_status(spec(), observe([pod("qwen-a"), restarted], states), None, NOW)["graph"]
+    first, second = graph["replicas"]
+    assert first["engineRestarts"] == 1 and "containerRestarts" not in first and "resumed" not in first
+    assert second["engineRestarts"] == 3 and second["containerRestarts"] == 2
+    assert second["resumed"].startswith("rung 1 (PIECEWISE)")
+    assert graph["engineRestarts"] == 4 and graph["containerRestarts"] == 2
+    # A pod whose runtime cannot be read still shows the kubelet's count.
+    unread = compute_status(spec(), observe([pod("qwen-a"), restarted], {}), None, NOW)["graph"]
+    assert unread["containerRestarts"] == 2 and "engineRestarts" not in unread
+    quiet = compute_status(spec(), observe([pod("qwen-a")], {"qwen-a": runtime(RuntimePhase.READY)}), None, NOW)
+    assert not {"engineRestarts", "containerRestarts"} & set(quiet["graph"])
+    assert not {"engineRestarts", "containerRestarts", "resumed"} & set(quiet["graph"]["replicas"][0])

@@ -4,6 +4,7 @@ when the whole range lies on the other, inconclusive otherwise or from a single 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -72,3 +73,21 @@ def test_format_verdicts_writes_one_line_per_goal():
     assert text == "Goals:\n- x >= 1: met (range 1-2 over 3 samples, all >= 1)"
     assert v.judge([1.0, 2.0, 1.5], 1, AT_LEAST).as_dict() == {"outcome": "met",
                                                                "reason": "range 1-2 over 3 samples, all >= 1"}
+
+
+#: Benches that state no median goal: leak_detection's targets hold for every simulated trace (no
+#: false alarm, every leak of 1 GB/h found within 20 min: the worst trace decides, never a median);
+#: loadgen suggests an autoscaling target; prefix_routing reports figures; minimal_operator is
+#: operator_scale's yardstick, not a bench.
+NO_GOAL = {"leak_detection.py", "loadgen.py", "prefix_routing.py", "minimal_operator.py"}
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.parent.glob("*.py") if p != BENCH))
+def test_every_bench_that_judges_a_goal_judges_it_with_verdict_py(script):
+    text = (BENCH.parent / script).read_text(encoding="utf-8")
+    judges = re.search(r"^from verdict import .*\bjudge(_range)?\b", text, re.M) is not None
+    if script in NO_GOAL:
+        # Nothing it prints is a goal met or missed.
+        assert not judges and not re.search(r"\b(met|MISSED|goal)\b", text), script
+    else:
+        assert judges, f"bench/{script} states a goal but does not judge it with bench/verdict.py"

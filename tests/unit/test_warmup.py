@@ -205,6 +205,7 @@ from ascend_runtime.config import EngineConfig  # noqa: E402
 from ascend_runtime.flags import render_engine_command  # noqa: E402
 from ascend_runtime.warmup import (  # noqa: E402
     DERIVED_PROMPT_TOKEN_BUDGET,
+    UNCAPTURED_EVERY_SIZE,
     EngineShapes,
     default_capture_sizes,
     derived_plan,
@@ -255,8 +256,22 @@ def test_a_chunk_larger_than_the_longest_prompt_is_filled_by_concurrent_prompts(
     plan = derived_plan(EngineShapes(512, 8, None, ()), 512, max_tokens=8)  # vLLM's 2048 by default
     chunk_waves = [wave for wave in plan.waves if len(wave) > 1 and wave[0].prompt_tokens > 16]
     assert [(len(w), w[0].prompt_tokens) for w in chunk_waves] == [(5, 409)]  # 5 x 409 = 2045 <= 2048
-    # Nothing captured on CPU: powers of two up to max_num_seqs stand in for the sizes.
-    assert plan.decode_sizes == [1, 2, 4, 8]
+    # Nothing captured on CPU: every batch size up to max_num_seqs is its own shape.
+    assert plan.decode_sizes == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_with_nothing_captured_the_decode_wave_steps_through_every_size_up_to_32_then_powers_of_two():
+    # vLLM's CPU GEMMs build one oneDNN primitive per token count and keep 32 per weight shape, so
+    # a batch of 3 (4 requests admitted over two steps end over two steps) is cold after 8, 4, 2, 1.
+    plan = derived_plan(EngineShapes(512, 8, None, ()), 512, max_tokens=8)
+    decode = plan.waves[-1]
+    outputs = sorted(r.max_tokens for r in decode)
+    assert [sum(1 for out in outputs if out > 8 + k) for k in range(-1, 8)] == [8, 7, 6, 5, 4, 3, 2, 1, 0]
+    eager = derived_plan(engine_shapes(["vllm", "--enforce-eager", "--max-num-seqs", "256"]), 4096, max_tokens=8)
+    assert eager.decode_sizes == list(range(1, UNCAPTURED_EVERY_SIZE + 1)) + [64, 128, 256]
+    assert len(eager.waves[-1]) == 256 and max(r.max_tokens for r in eager.waves[-1]) == 8 + 34
+    # Captured sizes are used as they are: no extra steps in between.
+    assert derived_plan(EngineShapes(512, 8, None, (1, 2, 4, 8)), 512, 8).decode_sizes == [1, 2, 4, 8]
 
 
 def test_the_budget_drops_the_longest_ladder_rungs_but_keeps_the_longest_prompt_and_chunk():

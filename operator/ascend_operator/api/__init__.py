@@ -68,6 +68,13 @@ from ascend_operator.api.base import (  # noqa: F401
     SpecModel,
     SpecRule,
 )
+from ascend_operator.api.disaggregation import (  # noqa: F401
+    DisaggregationSpec,
+    KvOffloadSpec,
+    PdRoleName,
+    RoleNpuSpec,
+    RoleSpec,
+)
 from ascend_operator.api.features import (  # noqa: F401
     MAX_ADAPTERS,
     AdapterHostPathSource,
@@ -145,6 +152,8 @@ from ascend_operator.api.status import (  # noqa: F401
     Phase,
     ReplicaGraphStatus,
     RoutingParentStatus,
+    RoleStatus,
+    RolesStatus,
     RoutingStatus,
     TunedDefaultsStatus,
     WarmupStatus,
@@ -173,7 +182,12 @@ __all__ = [
     "Condition",
     "ConditionStatus",
     "DistributedBackend",
+    "DisaggregationSpec",
     "DistributedSpec",
+    "KvOffloadSpec",
+    "PdRoleName",
+    "RoleNpuSpec",
+    "RoleSpec",
     "Dtype",
     "EngineSpec",
     "GraphMode",

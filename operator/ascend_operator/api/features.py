@@ -20,6 +20,7 @@ from ascend_operator.api.base import (
 )
 from ascend_operator.api.model import HOST_PATH_PATTERN, HubRepoId, RelativeDir, Revision, SecretKeyRef
 from ascend_runtime.config import ADAPTER_NAME_PATTERN, LORA_RANKS
+from ascend_runtime.enginelimits import CPU_DEFAULT_MAX_NUM_SEQS
 from pydantic import Field, StringConstraints
 
 
@@ -113,7 +114,8 @@ class AutoscalingSpec(SpecModel):
         description=(
             f"Target value per replica; for kvCacheUsage a fraction in (0, 1]. Default: "
             f"{DEFAULT_TARGET_WAITING:g} waiting, {DEFAULT_RUNNING_FRACTION:g} x engine.maxNumSeqs "
-            f"(or x {VLLM_DEFAULT_MAX_NUM_SEQS}) running, {DEFAULT_TARGET_KV_CACHE:g} KV cache; "
+            f"(or x vLLM's default: {VLLM_DEFAULT_MAX_NUM_SEQS}, "
+            f"{CPU_DEFAULT_MAX_NUM_SEQS} on CPU) running, {DEFAULT_TARGET_KV_CACHE:g} KV cache; "
             "required for custom."
         ),
     )
@@ -143,6 +145,8 @@ class AutoscalingSpec(SpecModel):
     )
 
     def resolved_target(self, max_num_seqs: int | None) -> float:
+        # max_num_seqs: the replica's effective limit (api.rules.effective_max_num_seqs: CPU's default is
+        # 128, not 256); None falls back to the NPU default.
         """``target``, or the signal's documented default (custom has none: the rules require it)."""
         if self.target is not None:
             return self.target

@@ -24,6 +24,7 @@ from ascend_operator.api.base import (
 )
 from ascend_operator.api.model import EnvValueSource, SecretKeyRef
 from ascend_runtime.config import Chip, EngineOptions, GraphPolicy, HealthConfig, LeakLimits, WarmupConfig
+from ascend_runtime.weightsload import WeightsLoader
 from pydantic import Field, StringConstraints, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
@@ -215,6 +216,17 @@ class EngineSpec(SpecModel):
             "Apply vllm-ascend's tutorial settings for the model's class (dense, MoE, MLA, quantised) "
             "and the installed version (docs/tuned-defaults.md); what you set in env, extraArgs and "
             "the other fields always wins. Default: true."
+        ),
+    )
+    weights_loader: WeightsLoader | None = Field(
+        None,
+        description=(
+            "How the engine reads the weights (docs/weights-loading.md): mmap (vLLM's default), eager "
+            "(whole files; vLLM 0.10.2+), prefetch (parallel read-ahead into the page cache; vLLM 0.18+), "
+            "runaiStreamer (the Run:ai Model Streamer; needs runai-model-streamer in the image), "
+            "fastsafetensors (CUDA only: refused here). Default auto: prefetch (else eager) when the "
+            "weights are on a PersistentVolumeClaim (spec.model.pvc, or hub weights in a claim cache), "
+            "vLLM's default on a host path or an emptyDir. A loader the image's vLLM lacks is refused."
         ),
     )
 

@@ -42,10 +42,18 @@ from ascend_operator.api.model import (
     ModelSpec,
     PvcSource,
 )
+from ascend_operator.api.disaggregation import PdRoleName, RoleSpec
 from ascend_operator.api.replica import EngineSpec, GraphSpec, Toleration
 from ascend_operator.api.spec import AscendLLMDeploymentSpec, display_model
 from ascend_operator.reserved import RESERVED_ENV, RESERVED_FLAGS, ReservedEnv, ReservedFlag
 from ascend_runtime.config import LORA_RANKS, Chip, GraphPolicy, WarmupConfig
+from ascend_runtime.weightsload import WeightsLoader
+from ascend_runtime.kvtransfer import (
+    TRANSFER_ENGINE_PORT_BASE,
+    TRANSFER_ENGINE_PORTS_PER_NPU,
+    Connector,
+    Transport,
+)
 from ascend_runtime.enginelimits import (
     CPU_DEFAULT_MAX_NUM_SEQS,
     LENGTH_MARGIN,
@@ -107,7 +115,7 @@ def _args_match(spec: AscendLLMDeploymentSpec, pattern: str) -> bool:
     return any(re.search(pattern, token) for token in spec.engine.extra_args)
 
 
-def _seqs(spec: AscendLLMDeploymentSpec) -> int:
+def effective_max_num_seqs(spec: AscendLLMDeploymentSpec) -> int:
     """engine.maxNumSeqs, else vLLM's default for the platform (CPU replicas run tensor x pipeline 1)."""
     if spec.engine.max_num_seqs is not None:
         return spec.engine.max_num_seqs
@@ -116,7 +124,7 @@ def _seqs(spec: AscendLLMDeploymentSpec) -> int:
 
 def _concurrency_fits(s: AscendLLMDeploymentSpec) -> bool:
     return (not s.warmup.enabled or s.warmup.concurrency is None or _args_match(s, MAX_NUM_SEQS_FLAGS)
-            or all(level <= _seqs(s) for level in s.warmup.concurrency))
+            or all(level <= effective_max_num_seqs(s) for level in s.warmup.concurrency))
 
 
 def _lengths_fit(s: AscendLLMDeploymentSpec) -> bool:
@@ -133,14 +141,14 @@ def _decode_graphs_fit(s: AscendLLMDeploymentSpec) -> bool:
     if g.policy != GraphPolicy.FULL_DECODE_ONLY or _args_match(s, _DECODE_FLAGS):
         return True
     sizes = [*(g.capture_sizes or ()), *([g.max_capture_size] if g.max_capture_size is not None else [])]
-    return all(size <= _seqs(s) for size in sizes)
+    return all(size <= effective_max_num_seqs(s) for size in sizes)
 
 
 def _running_target_fits(s: AscendLLMDeploymentSpec) -> bool:
     a = s.autoscaling
     if a is None or a.signal != AutoscalingSignal.RUNNING or a.target is None:
         return True
-    return _args_match(s, MAX_NUM_SEQS_FLAGS) or a.target <= _seqs(s) * s.parallelism.data
+    return _args_match(s, MAX_NUM_SEQS_FLAGS) or a.target <= effective_max_num_seqs(s) * s.parallelism.data
 
 
 #: Flags that change how many tokens a decode batch holds or its limit: then the sizes are the user's.
@@ -257,6 +265,318 @@ def _env_rule(var: ReservedEnv) -> SpecRule:
 
 def _cel_quote(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
+
+
+# --------------------------------------------------------------------------------------------
+# spec.disaggregation and spec.kvOffload (self is the spec: the rules read platform, chip, backend).
+
+_D = "self.disaggregation"
+_HAS_D = f"has({_D})"
+#: NPUs of one node, which sizes the transfer engine's random port range (A3: 16 dies).
+_NODE_NPUS_CEL = f"({_CHIP} == 'A3' ? 16 : 8)"
+_KV_FLAGS = r"^--kv[-_](transfer[-_]config([=.].*)?|offloading[-_](size|backend)(=.*)?)$"
+
+
+def _node_npus(spec: AscendLLMDeploymentSpec) -> int:
+    return 16 if spec.npu.chip == Chip.A3 else 8
+
+
+def _role(spec: AscendLLMDeploymentSpec, role: PdRoleName) -> RoleSpec | None:
+    d = spec.disaggregation
+    return None if d is None else getattr(d, role.value)
+
+
+def _role_ranks(role: RoleSpec) -> int:
+    p = role.parallelism
+    return p.tensor * p.pipeline * p.data
+
+
+def _r(role: PdRoleName, path: str, default: str) -> str:
+    return _cel_or(f"disaggregation.{role.value}.{path}", default)
+
+
+def _r_ranks(role: PdRoleName) -> str:
+    return (f"{_r(role, 'parallelism.tensor', '1')} * {_r(role, 'parallelism.pipeline', '1')} "
+            f"* {_r(role, 'parallelism.data', '1')}")
+
+
+def _mooncake(spec: AscendLLMDeploymentSpec) -> bool:
+    """MooncakeConnectorV1 on Ascend: chosen, or the default (of every image from vllm-ascend 0.10.1rc1)."""
+    d = spec.disaggregation
+    return d is not None and spec.platform != Platform.CPU and d.connector in (None, Connector.MOONCAKE)
+
+
+_MOONCAKE_CEL = f"({_HAS_D} && !{_IS_CPU} && (!has({_D}.connector) || {_D}.connector == '{Connector.MOONCAKE.value}'))"
+
+
+def _kv_port_fits(spec: AscendLLMDeploymentSpec) -> bool:
+    d = spec.disaggregation
+    if d is None or d.kv_port is None or spec.platform == Platform.CPU:
+        return True
+    end = TRANSFER_ENGINE_PORT_BASE + _node_npus(spec) * TRANSFER_ENGINE_PORTS_PER_NPU
+    return all(
+        (d.kv_port + ranks - 1 < TRANSFER_ENGINE_PORT_BASE or d.kv_port >= end) and d.kv_port + ranks - 1 <= 65535
+        for ranks in (_role_ranks(d.prefill), _role_ranks(d.decode)))
+
+
+def _kv_port_cel() -> str:
+    port = f"{_D}.kvPort"
+    end = f"{TRANSFER_ENGINE_PORT_BASE} + {_NODE_NPUS_CEL} * {TRANSFER_ENGINE_PORTS_PER_NPU}"
+    fits = " && ".join(
+        f"(({port} + {_r_ranks(role)} - 1 < {TRANSFER_ENGINE_PORT_BASE} || {port} >= {end}) "
+        f"&& {port} + {_r_ranks(role)} - 1 <= 65535)" for role in PdRoleName)
+    return f"!{_HAS_D} || !has({port}) || {_IS_CPU} || ({fits})"
+
+
+def _kv_flags_absent(spec: AscendLLMDeploymentSpec) -> bool:
+    if spec.disaggregation is None and spec.kv_offload is None:
+        return True
+    engines = [spec.engine] + [r.engine for r in (spec.disaggregation.prefill, spec.disaggregation.decode)
+                               if r.engine is not None] if spec.disaggregation else [spec.engine]
+    return not any(re.search(_KV_FLAGS, token) for engine in engines for token in engine.extra_args)
+
+
+def _kv_flags_cel() -> str:
+    quoted = _cel_quote(_KV_FLAGS)
+    def clean(path: str) -> str:
+        return f"(!has({path}) || !has({path}.extraArgs) || {path}.extraArgs.all(a, !a.matches('{quoted}')))"
+    roles = " && ".join(f"(!{_HAS_D} || {clean(f'{_D}.{role.value}.engine')})" for role in PdRoleName)
+    return f"!({_HAS_D} || has(self.kvOffload)) || ({clean('self.engine')} && {roles})"
+
+
+def _role_rules(role: PdRoleName) -> tuple[SpecRule, ...]:
+    name = role.value
+    where = f"disaggregation.{name}"
+    nodes = _r(role, "nodesPerReplica", "1")
+    per = _r(role, "npu.perReplica", str(DEFAULT_NPUS_PER_REPLICA))
+    data = _r(role, "parallelism.data", "1")
+
+    def with_role(test):  # the predicate on the role, true without disaggregation
+        return lambda s: _role(s, role) is None or test(s, _role(s, role))
+
+    return (
+        SpecRule(
+            cel=f"!{_HAS_D} || {_IS_CPU} || {_r_ranks(role)} == {nodes} * {per}",
+            message=(
+                f"{where}: parallelism tensor x pipeline x data must equal nodesPerReplica x npu.perReplica "
+                f"(each {name} replica uses exactly its NPUs); change {where}.parallelism, {where}.npu.perReplica "
+                f"or {where}.nodesPerReplica"
+            ),
+            field_path=f".{where}.npu.perReplica",
+            holds=with_role(lambda s, r: s.platform == Platform.CPU
+                            or _role_ranks(r) == r.nodes_per_replica * r.npu.per_replica),
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || {nodes} == 1 || {_BACKEND} != 'mp' || {data} % {nodes} == 0",
+            message=(
+                f"distributed.backend mp places whole data-parallel ranks on each node, so {where}.parallelism.data "
+                f"must be a multiple of {where}.nodesPerReplica; raise it (and lower tensor) or set distributed.backend ray"
+            ),
+            field_path=f".{where}.parallelism.data",
+            holds=with_role(lambda s, r: r.nodes_per_replica == 1 or s.distributed.backend != DistributedBackend.MP
+                            or r.parallelism.data % r.nodes_per_replica == 0),
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || {nodes} == 1 || {_BACKEND} != 'ray' || {data} == 1",
+            message=(
+                f"distributed.backend ray spreads tensor and pipeline parallel across the nodes; set "
+                f"{where}.parallelism.data to 1, or use distributed.backend mp for data parallel"
+            ),
+            field_path=f".{where}.parallelism.data",
+            holds=with_role(lambda s, r: r.nodes_per_replica == 1 or s.distributed.backend != DistributedBackend.RAY
+                            or r.parallelism.data == 1),
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || !{_IS_CPU} || ({nodes} == 1 && {_r_ranks(role)} == 1 && !has({_D}.{name}.npu))",
+            message=(
+                f"platform CPU runs one single-node engine process per {name} replica and uses no NPUs; set "
+                f"{where}.nodesPerReplica and its tensor, pipeline and data parallel to 1 and remove {where}.npu"
+            ),
+            field_path=f".{where}",
+            holds=with_role(lambda s, r: s.platform != Platform.CPU or (
+                r.nodes_per_replica == 1 and _role_ranks(r) == 1 and "npu" not in r.model_fields_set)),
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || {_IS_CPU} || {_CHIP} != 'A3' || {per} >= 2",
+            message=f"chip A3 needs at least 2 NPUs per pod (one card has two dies); set {where}.npu.perReplica >= 2",
+            field_path=f".{where}.npu.perReplica",
+            holds=with_role(lambda s, r: s.platform == Platform.CPU or s.npu.chip != Chip.A3
+                            or r.npu.per_replica >= 2),
+        ),
+    )
+
+
+def _normalised_disaggregation_path(field: str, attribute: str, example: str) -> SpecRule:
+    """``spec.disaggregation.<field>`` has no ``.`` or ``..`` segment (the pattern refuses the rest)."""
+
+    def holds(s: AscendLLMDeploymentSpec) -> bool:
+        value = None if s.disaggregation is None else getattr(s.disaggregation, attribute)
+        return value is None or re.search(r"/\.\.?(/|$)", value) is None
+
+    return SpecRule(
+        cel=f"!{_HAS_D} || !has({_D}.{field}) || !{_D}.{field}.matches('/\\\\.\\\\.?(/|$)')",
+        message=f"disaggregation.{field} must be normalised: no '.' or '..' segment; write the path itself, "
+                f"for example {example}",
+        field_path=f".disaggregation.{field}",
+        holds=holds,
+    )
+
+
+def _disaggregation_rules() -> tuple[SpecRule, ...]:
+    p, d = PdRoleName.PREFILL, PdRoleName.DECODE
+    ascend_connectors = f"['{Connector.MOONCAKE.value}', '{Connector.LLMDATADIST.value}']"
+    cpu_connectors = f"['{Connector.NIXL.value}', '{Connector.EXAMPLE.value}']"
+    return (
+        *_role_rules(p),
+        *_role_rules(d),
+        SpecRule(
+            cel=f"!{_MOONCAKE_CEL} || {_r(p, 'parallelism.tensor', '1')} >= {_r(d, 'parallelism.tensor', '1')}",
+            message=(
+                "MooncakeConnectorV1 (the default connector on Ascend) needs prefill tensor parallel >= decode "
+                "tensor parallel (its worker raises ValueError otherwise); raise "
+                "disaggregation.prefill.parallelism.tensor or lower disaggregation.decode.parallelism.tensor"
+            ),
+            field_path=".disaggregation.prefill.parallelism.tensor",
+            holds=lambda s: not _mooncake(s) or (
+                s.disaggregation.prefill.parallelism.tensor >= s.disaggregation.decode.parallelism.tensor),
+        ),
+        SpecRule(
+            cel=f"!{_MOONCAKE_CEL} || {_r(d, 'parallelism.pipeline', '1')} == 1",
+            message=(
+                "MooncakeConnectorV1 asserts decode pipeline parallel 1; set "
+                "disaggregation.decode.parallelism.pipeline to 1 (use tensor or data parallel for decode)"
+            ),
+            field_path=".disaggregation.decode.parallelism.pipeline",
+            holds=lambda s: not _mooncake(s) or s.disaggregation.decode.parallelism.pipeline == 1,
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || !has({_D}.connector) || ({_IS_CPU} ? {_D}.connector in {cpu_connectors} "
+            f": {_D}.connector in {ascend_connectors})",
+            message=(
+                "disaggregation.connector does not run on this platform: Ascend takes MooncakeConnectorV1 or "
+                "LLMDataDistCMgrConnector, platform CPU NixlConnector or ExampleConnector; change it or leave it out"
+            ),
+            field_path=".disaggregation.connector",
+            holds=lambda s: s.disaggregation is None or s.disaggregation.connector is None or (
+                s.disaggregation.connector in ((Connector.NIXL, Connector.EXAMPLE) if s.platform == Platform.CPU
+                                               else (Connector.MOONCAKE, Connector.LLMDATADIST))),
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || !has({_D}.connector) || {_D}.connector != '{Connector.EXAMPLE.value}' "
+            f"|| has({_D}.sharedStoragePath)",
+            message=(
+                "ExampleConnector keeps KV in a directory both roles read; set disaggregation.sharedStoragePath"
+            ),
+            field_path=".disaggregation.sharedStoragePath",
+            holds=lambda s: s.disaggregation is None or s.disaggregation.connector != Connector.EXAMPLE
+            or s.disaggregation.shared_storage_path is not None,
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || !has({_D}.connector) || {_D}.connector != '{Connector.LLMDATADIST.value}' "
+            f"|| has({_D}.rankTablePath)",
+            message=(
+                "LLMDataDistCMgrConnector reads a rank table of every prefill and decode NPU's device IP; set "
+                "disaggregation.rankTablePath (made by vllm-ascend's gen_ranktable.sh), or use MooncakeConnectorV1"
+            ),
+            field_path=".disaggregation.rankTablePath",
+            holds=lambda s: s.disaggregation is None or s.disaggregation.connector != Connector.LLMDATADIST
+            or s.disaggregation.rank_table_path is not None,
+        ),
+        *(_normalised_disaggregation_path(field, attribute, example) for field, attribute, example in (
+            ("sharedStoragePath", "shared_storage_path", "/data/llm-cache/kv"),
+            ("rankTablePath", "rank_table_path", "/etc/ranktable/ranktable.json"),
+        )),
+        SpecRule(
+            cel=_kv_port_cel(),
+            message=(
+                "disaggregation.kvPort: every role's ports (kvPort up to kvPort + tensor x pipeline x data - 1) must "
+                "stay below 20000 or at or above 20000 + NPUs per node x 1000 (28000 on 910B, 36000 on A3: the "
+                "transfer engine's random ports), and at most 65535; choose another kvPort or leave it out"
+            ),
+            field_path=".disaggregation.kvPort",
+            holds=_kv_port_fits,
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || !{_IS_CPU} || (!has({_D}.kvPort) && !has({_D}.connectTimeoutMs) "
+            f"&& !has({_D}.transferTimeoutMs) && !has({_D}.rankTablePath) "
+            f"&& (!has({_D}.transport) || {_D}.transport == '{Transport.DEFAULT.value}'))",
+            message=(
+                "disaggregation.kvPort, transport, connectTimeoutMs, transferTimeoutMs and rankTablePath apply to "
+                "the Ascend transfer engine; remove them on platform CPU"
+            ),
+            field_path=".disaggregation",
+            holds=lambda s: s.disaggregation is None or s.platform != Platform.CPU or (
+                not ({"kv_port", "connect_timeout_ms", "transfer_timeout_ms", "rank_table_path"}
+                     & {k for k in s.disaggregation.model_fields_set if getattr(s.disaggregation, k) is not None})
+                and s.disaggregation.transport == Transport.DEFAULT),
+        ),
+        SpecRule(
+            cel=f"!{_IS_CPU} || !has(self.kvOffload)",
+            message=(
+                "vLLM's CPU platform refuses KV offloading (\"CPU Offloading is currently only supported on "
+                "CUDA-alike and XPU GPUs\", vllm/v1/kv_offload/cpu/spec.py); remove spec.kvOffload on platform CPU"
+            ),
+            field_path=".kvOffload",
+            holds=lambda s: s.platform != Platform.CPU or s.kv_offload is None,
+        ),
+        SpecRule(
+            cel=_kv_flags_cel(),
+            message=(
+                "engine.extraArgs must not set --kv-transfer-config, --kv-offloading-size or --kv-offloading-backend "
+                "with spec.disaggregation or spec.kvOffload: the runtime renders them for the installed version; "
+                "remove them (also from disaggregation.prefill/decode.engine.extraArgs)"
+            ),
+            field_path=".engine.extraArgs",
+            holds=_kv_flags_absent,
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || (!has(self.nodesPerReplica) && !has(self.parallelism) "
+            "&& !(has(self.npu) && has(self.npu.perReplica)))",
+            message=(
+                "with spec.disaggregation, nodesPerReplica, parallelism and npu.perReplica are set per role; move "
+                "them to disaggregation.prefill and disaggregation.decode"
+            ),
+            field_path=".disaggregation",
+            holds=lambda s: s.disaggregation is None or not (
+                {"nodes_per_replica", "parallelism"} & s.model_fields_set or "per_replica" in s.npu.model_fields_set),
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || (!has(self.autoscaling) && !has(self.lora))",
+            message=(
+                "spec.autoscaling and spec.lora are not wired for a disaggregated resource yet; remove them, or "
+                "remove spec.disaggregation"
+            ),
+            field_path=".disaggregation",
+            holds=lambda s: s.disaggregation is None or (s.autoscaling is None and s.lora is None),
+        ),
+        SpecRule(
+            cel=" && ".join(f"(!{_HAS_D} || !has({_D}.{role.value}.autoscaling) "
+                            f"|| !has({_D}.{role.value}.autoscaling.scaleToZero) "
+                            f"|| !has({_D}.{role.value}.autoscaling.scaleToZero.enabled) "
+                            f"|| !{_D}.{role.value}.autoscaling.scaleToZero.enabled)" for role in PdRoleName),
+            message=(
+                "scale-to-zero of one role would leave the other without its peer; turn "
+                "disaggregation.prefill/decode.autoscaling.scaleToZero off (scale the whole resource with "
+                "kubectl scale of each role's replicas instead)"
+            ),
+            field_path=".disaggregation",
+            holds=lambda s: s.disaggregation is None or not any(
+                r.autoscaling is not None and r.autoscaling.scale_to_zero.enabled
+                for r in (s.disaggregation.prefill, s.disaggregation.decode)),
+        ),
+        SpecRule(
+            cel=f"!{_HAS_D} || !has(self.routing) || (has(self.routing.enabled) && !self.routing.enabled) "
+            f"|| ({_r(p, 'nodesPerReplica', '1')} == 1 && {_r(d, 'nodesPerReplica', '1')} == 1)",
+            message=(
+                "spec.routing of a disaggregated resource routes to single-node roles only (the InferencePool "
+                "cannot tell a multi-node replica's leader from its workers across two workloads); set "
+                "disaggregation.prefill/decode.nodesPerReplica to 1 or turn routing off"
+            ),
+            field_path=".routing",
+            holds=lambda s: s.disaggregation is None or s.routing is None or not s.routing.enabled or (
+                s.disaggregation.prefill.nodes_per_replica == 1 and s.disaggregation.decode.nodes_per_replica == 1),
+        ),
+    )
 
 
 SPEC_RULES.update(
@@ -491,6 +811,7 @@ SPEC_RULES.update(
         ),
         AscendLLMDeploymentSpec: (
             *_engine_limit_rules(),
+            *_disaggregation_rules(),
             SpecRule(
                 cel=f"{_IS_CPU} || {_TP} * {_PP} * {_DP} == {_NODES} * {_PER_REPLICA}",
                 message=(
@@ -532,10 +853,12 @@ SPEC_RULES.update(
                 or s.parallelism.data == 1,
             ),
             SpecRule(
-                cel=f"{_IS_CPU} || {_CHIP} != 'A3' || {_PER_REPLICA} >= 2",
+                # With disaggregation the roles' own rule applies (npu.perReplica is per role).
+                cel=f"{_IS_CPU} || {_CHIP} != 'A3' || {_PER_REPLICA} >= 2 || {_HAS_D}",
                 message="chip A3 needs at least 2 NPUs per replica (one card has two dies); set npu.perReplica >= 2",
                 field_path=".npu.perReplica",
-                holds=lambda s: s.platform == Platform.CPU or s.npu.chip != Chip.A3 or s.npu.per_replica >= 2,
+                holds=lambda s: s.platform == Platform.CPU or s.npu.chip != Chip.A3 or s.npu.per_replica >= 2
+                or s.disaggregation is not None,
             ),
             SpecRule(
                 cel=f"{_IS_CPU} || {_CHIP} != '310P' || !has(self.engine) || !has(self.engine.dtype) "
@@ -576,6 +899,16 @@ SPEC_RULES.update(
                 message="engine.kvCacheSpaceGiB applies to platform CPU only; on NPUs size the cache with engine.gpuMemoryUtilization",
                 field_path=".engine.kvCacheSpaceGiB",
                 holds=lambda s: s.platform == Platform.CPU or s.engine.kv_cache_space_gi_b is None,
+            ),
+            SpecRule(
+                cel="!has(self.engine) || !has(self.engine.weightsLoader) || self.engine.weightsLoader != 'fastsafetensors'",
+                message=(
+                    "engine.weightsLoader fastsafetensors: vLLM's fastsafetensors loader places tensors on CUDA "
+                    "devices only (weight_utils.py), not on Ascend NPUs or the CPU; use prefetch, eager, mmap, "
+                    "runaiStreamer or auto"
+                ),
+                field_path=".engine.weightsLoader",
+                holds=lambda s: s.engine.weights_loader is not WeightsLoader.FASTSAFETENSORS,
             ),
             SpecRule(
                 cel=f"!has(self.parallelism) || !has(self.parallelism.expert) || !self.parallelism.expert "

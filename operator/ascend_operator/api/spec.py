@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from ascend_operator.api.base import DEFAULT_NODES_PER_REPLICA, DEFAULT_REPLICAS, Platform, SpecModel
+from ascend_operator.api.disaggregation import DisaggregationSpec, KvOffloadSpec
 from ascend_operator.api.features import AutoscalingSpec, LoraSpec, RoutingSpec
 from ascend_operator.api.model import ModelSpec
 from ascend_operator.api.replica import (
@@ -98,6 +99,17 @@ class AscendLLMDeploymentSpec(SpecModel):
         description=(
             "Prefix-aware routing across the replicas (Gateway API Inference Extension). Default: off."
         ),
+    )
+    disaggregation: DisaggregationSpec | None = Field(
+        None,
+        description=(
+            "Prefill/decode disaggregation: a workload per role, the KV cache moved from prefill to decode "
+            "(docs/kv-transfer.md). spec.replicas, nodesPerReplica, parallelism and npu.perReplica are then "
+            "per role. Default: off (every replica prefills and decodes)."
+        ),
+    )
+    kv_offload: KvOffloadSpec | None = Field(
+        None, description="Host-memory KV offload (every engine of the resource). Default: off."
     )
 
 

@@ -78,6 +78,23 @@ class ReplicaGraphStatus(_Status):
     fallbacks: int = Field(0, ge=0, description="Fallbacks this pod's runtime took.")
     fallback_reason: str | None = Field(None, description="Why the last fallback happened.")
     image: str | None = Field(None, description="Image the pod runs.")
+    engine_restarts: int | None = Field(
+        None, ge=0,
+        description=(
+            "Engine relaunches by this container's runtime after a crash (its restart loop; the "
+            "container itself kept running); absent while none."
+        ),
+    )
+    container_restarts: int | None = Field(
+        None, ge=0,
+        description=(
+            "Restarts of the pod's containers by the kubelet (failed liveness, a runtime that exited); "
+            "absent while none. The runtime's engineRestarts count from the latest container's start."
+        ),
+    )
+    resumed: str | None = Field(
+        None, description="Where the graph-mode ladder resumed after a container restart, from the pod's state directory."
+    )
 
 
 class GraphStatus(_Status):
@@ -110,6 +127,12 @@ class GraphStatus(_Status):
         None, description="The engine versions the failure was seen with; other versions try the top again."
     )
     fallbacks: int = Field(0, ge=0, description="Fallbacks summed over the current pods.")
+    engine_restarts: int | None = Field(
+        None, ge=0, description="Engine relaunches after a crash, summed over the current pods; absent while none."
+    )
+    container_restarts: int | None = Field(
+        None, ge=0, description="Container restarts by the kubelet, summed over the current pods; absent while none."
+    )
 
 
 class WarmupStatus(_Status):
@@ -274,6 +297,25 @@ class RoutingStatus(_Status):
     )
 
 
+class RoleStatus(_Status):
+    """One disaggregation role's replicas (spec.disaggregation.prefill or .decode)."""
+
+    workload: str | None = Field(None, description="The role's Deployment or LeaderWorkerSet.")
+    desired_replicas: int = Field(0, ge=0, description="The role's replicas in the spec.")
+    replicas: int = Field(0, ge=0, description="The role's replicas that have pods (groups when multi-node).")
+    ready_replicas: int = Field(0, ge=0, description="The role's replicas ready to serve.")
+    mode: str | None = Field(
+        None, description="Graph mode the role's replicas run (Mixed when they differ; none before they report)."
+    )
+
+
+class RolesStatus(_Status):
+    """Per role, with spec.disaggregation."""
+
+    prefill: RoleStatus | None = Field(None, description="The prefill role.")
+    decode: RoleStatus | None = Field(None, description="The decode role.")
+
+
 class AscendLLMDeploymentStatus(_Status):
     """Observed state, written by the operator through the status subresource."""
 
@@ -313,6 +355,9 @@ class AscendLLMDeploymentStatus(_Status):
     )
     lora: LoraStatus | None = Field(None, description="LoRA adapters loaded and failed per replica (with spec.lora).")
     routing: RoutingStatus | None = Field(None, description="Prefix-aware routing (spec.routing).")
+    roles: RolesStatus | None = Field(
+        None, description="Prefill and decode replicas (with spec.disaggregation); the counts above sum them."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         max_length=16,

@@ -14,6 +14,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ascend_operator.api.rules import effective_max_num_seqs
 from ascend_operator.api import (
     API_VERSION,
     DEFAULT_IDLE_SECONDS,
@@ -71,6 +72,17 @@ def _keda_needs(auto: AutoscalingSpec) -> list[str]:
     return needs
 
 
+def role_autoscaling(spec: AscendLLMDeploymentSpec) -> AutoscalingSpec | None:
+    """With disaggregation, the role autoscaling that decides the autoscaler kind of both roles:
+    one that needs KEDA (custom PromQL), else one that names a provider, else the first enabled."""
+    d = spec.disaggregation
+    if d is None:
+        return None
+    enabled = [r.autoscaling for r in (d.prefill, d.decode) if r.autoscaling is not None and r.autoscaling.enabled]
+    return next((a for a in enabled if _keda_needs(a)), None) or next(
+        (a for a in enabled if a.provider != AutoscalerProvider.AUTO), None) or next(iter(enabled), None)
+
+
 def choose_autoscaler(
     spec: AscendLLMDeploymentSpec, settings: OperatorSettings, installed: AbstractSet[str]
 ) -> AutoscalerChoice:
@@ -80,7 +92,7 @@ def choose_autoscaler(
     ``spec.autoscaling.provider`` wins over the operator setting ``autoscaler_provider``; ``auto``
     takes KEDA when it is installed or needed (scale-to-zero, custom PromQL), else an HPA.
     """
-    auto = spec.autoscaling
+    auto = spec.autoscaling or role_autoscaling(spec)
     if auto is None or not auto.enabled:
         return AutoscalerChoice(
             None, "AutoscalingDisabled", "autoscaling is off; spec.replicas (kubectl scale) sets the replicas"
@@ -191,7 +203,7 @@ def hpa_metric(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> dic
     }
     if auto.signal not in names:
         raise ValueError("signal custom is PromQL, which an HPA cannot read; use KEDA (provider keda)")
-    target = auto.resolved_target(spec.engine.max_num_seqs)
+    target = auto.resolved_target(effective_max_num_seqs(spec))
     return {
         "type": "Pods",
         "pods": {
@@ -202,9 +214,11 @@ def hpa_metric(spec: AscendLLMDeploymentSpec, settings: OperatorSettings) -> dic
 
 
 def build_hpa(
-    name: str, namespace: str, hpa_name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings
+    name: str, namespace: str, hpa_name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings,
+    *, target: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """HorizontalPodAutoscaler ``hpa_name`` scaling resource ``name`` (docs/autoscaling.md)."""
+    """HorizontalPodAutoscaler ``hpa_name`` scaling resource ``name`` (docs/autoscaling.md), or
+    ``target`` (a disaggregation role's workload: its Pods metrics are then that role's pods)."""
     auto = _enabled(spec)
     if auto.min_replicas < 1:
         raise ValueError("an HPA needs minReplicas >= 1; scale-to-zero needs KEDA")
@@ -214,7 +228,7 @@ def build_hpa(
             "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": hpa_name, "namespace": namespace, "labels": common_labels(name)},
             "spec": {
-                "scaleTargetRef": scale_target_ref(name),
+                "scaleTargetRef": target or scale_target_ref(name),
                 "minReplicas": auto.min_replicas,
                 "maxReplicas": auto.max_replicas,
                 "metrics": [hpa_metric(spec, settings)],
@@ -229,14 +243,16 @@ def build_hpa(
 
 
 def prometheus_query(
-    name: str, namespace: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings
+    name: str, namespace: str, spec: AscendLLMDeploymentSpec, settings: OperatorSettings, role: str | None = None
 ) -> tuple[str, str]:
-    """``(query, metricType)`` of the load trigger for the spec's signal."""
+    """``(query, metricType)`` of the load trigger for the spec's signal (``role``: that
+    disaggregation role's series only)."""
     auto = _enabled(spec)
     if auto.signal == AutoscalingSignal.CUSTOM:
         assert auto.query is not None  # the spec rules require it
         return auto.query, "AverageValue"
-    selector = f'{{namespace="{namespace}",{settings.prometheus_instance_label}="{label_value(name)}"}}'
+    of_role = f',{settings.prometheus_role_label}="{role}"' if role else ""
+    selector = f'{{namespace="{namespace}",{settings.prometheus_instance_label}="{label_value(name)}"{of_role}}}'
     if auto.signal == AutoscalingSignal.KV_CACHE:
         return f"avg({settings.prom_metric_kv_cache}{selector})", "Value"
     metric = settings.prom_metric_waiting if auto.signal == AutoscalingSignal.WAITING else settings.prom_metric_running
@@ -249,10 +265,14 @@ def build_scaled_object(
     scaled_object_name: str,
     spec: AscendLLMDeploymentSpec,
     settings: OperatorSettings,
+    *,
+    target: dict[str, str] | None = None,
+    role: str | None = None,
 ) -> dict[str, Any]:
-    """KEDA ScaledObject ``scaled_object_name`` scaling resource ``name`` (docs/autoscaling.md)."""
+    """KEDA ScaledObject ``scaled_object_name`` scaling resource ``name`` (docs/autoscaling.md), or
+    ``target``, a disaggregation ``role``'s workload (its query reads that role's series)."""
     auto = _enabled(spec)
-    query, metric_type = prometheus_query(name, namespace, spec, settings)
+    query, metric_type = prometheus_query(name, namespace, spec, settings, role)
     triggers: list[dict[str, Any]] = [
         {
             "type": "prometheus",
@@ -261,12 +281,12 @@ def build_scaled_object(
             "metadata": {
                 "serverAddress": settings.keda_prometheus_address,
                 "query": query,
-                "threshold": _number(auto.resolved_target(spec.engine.max_num_seqs)),
+                "threshold": _number(auto.resolved_target(effective_max_num_seqs(spec))),
             },
         }
     ]
     body: dict[str, Any] = {
-        "scaleTargetRef": scale_target_ref(name),
+        "scaleTargetRef": target or scale_target_ref(name),
         "pollingInterval": settings.keda_polling_interval_s,
         "minReplicaCount": auto.min_replicas,
         "maxReplicaCount": auto.max_replicas,

@@ -23,6 +23,10 @@ HASH_LENGTH = 16
 #: Label LeaderWorkerSet puts on every pod it creates: "0" on a group's leader, 1.. on workers.
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LEADER_WORKER_INDEX = "0"
+#: The label the llm-d router's endpoint picker filters prefill and decode pods by (spec.disaggregation).
+LLMD_ROLE_LABEL = "llm-d.ai/role"
+#: The operator's own copy of a pod's disaggregation role (in the role Deployment's selector).
+PD_ROLE_LABEL = "llm.ascend.dev/pd-role"
 #: Label LeaderWorkerSet puts on every pod: the index of its group (one group = one replica).
 LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 

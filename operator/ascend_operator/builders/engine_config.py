@@ -44,9 +44,11 @@ from ascend_runtime.config import (
     WarmupConfig,
 )
 from ascend_runtime.ladder import longest_ladder
+from ascend_runtime.weightsload import WeightsStorage
 
 from ascend_operator.api import (
     AscendLLMDeploymentSpec,
+    PdRoleName,
     DistributedBackend,
     Dtype,
     Platform,
@@ -66,6 +68,8 @@ STATE_DIR = "/var/lib/ascend-llm/state"
 #: The annotation whose value, when changed, lets new pods try the top of the ladder again
 #: (it is part of the remembered-mode key).
 RETRY_GRAPH_ANNOTATION = "llm.ascend.dev/retry-graph-mode"
+#: The decode engine's port behind the llm-d routing sidecar (which takes the serving port, 8000).
+ROUTED_ENGINE_PORT = 8200
 #: KV cache GiB on CPU when spec.engine.kvCacheSpaceGiB is absent.
 DEFAULT_CPU_KVCACHE_GIB = 1
 
@@ -182,6 +186,25 @@ def _set(mapping: dict[str, Any], **values: Any) -> dict[str, Any]:
     return mapping
 
 
+def weights_storage(spec: AscendLLMDeploymentSpec) -> WeightsStorage:
+    """Where the engine reads the weights from: a PersistentVolumeClaim (the model's own, or the
+    model cache's for hub weights) counts as network storage, a host path or an emptyDir as local.
+
+    A decision: claims are usually network file systems (ReadWriteMany needs one), where vLLM's
+    mmap reads are slowest; a claim on a local disk pays only a sequential read-ahead for it.
+    """
+    model = spec.model
+    if model.pvc is not None:
+        return WeightsStorage.NETWORK
+    if model.host_path is None and model.cache is not None and model.cache.host_path is None:
+        return WeightsStorage.NETWORK
+    return WeightsStorage.LOCAL
+
+
+def _non_default(value: Any, default: Any) -> Any:
+    return None if value == default else value
+
+
 def build_engine_config(
     name: str,
     spec: AscendLLMDeploymentSpec,
@@ -191,10 +214,12 @@ def build_engine_config(
     cache_plan: CachePlan | None,
     start_mode: GraphMode | None = None,
     namespace: str | None = None,
+    role: PdRoleName | None = None,
 ) -> EngineConfig:
     """The engine config for resource ``name`` (``cache_plan``: what
     :func:`ascend_operator.builders.modelcache.plan_cache` made of the spec);
-    ``start_mode`` (a remembered working mode) becomes ``graph.startMode``."""
+    ``start_mode`` (a remembered working mode) becomes ``graph.startMode``; ``role``: the
+    disaggregation role this config is for (``spec`` is then that role's, :func:`role_spec`)."""
     cpu = spec.platform == Platform.CPU
     engine = spec.engine
     # Sorted, so the order a user wrote a map in never changes the ConfigMap (and rolls pods).
@@ -204,7 +229,7 @@ def build_engine_config(
     engine_options = _set(
         {
             "host": "0.0.0.0",  # the pod's Service reaches the engine directly
-            "port": DEFAULT_ENGINE_PORT,
+            "port": ROUTED_ENGINE_PORT if _behind_sidecar(spec, role) else DEFAULT_ENGINE_PORT,
             "parallel": spec.parallelism.model_dump(),
             "extra_args": list(engine.extra_args),
             "env": env,
@@ -218,6 +243,8 @@ def build_engine_config(
         shutdown_timeout_s=engine.shutdown_timeout_seconds,
         # Left out when unset (the runtime's default, on): existing ConfigMaps stay byte-identical.
         tuned_defaults=engine.tuned_defaults,
+        weights_loader=engine.weights_loader,
+        weights_storage=_non_default(weights_storage(spec), WeightsStorage.LOCAL),
     )
     graph = _set(
         {"policy": spec.graph.policy, "fallback": spec.graph.fallback},
@@ -293,6 +320,7 @@ def build_engine_config(
             **({"lora": lora} if lora else {}),
             # The namespace is part of every compile key: one tenant never loads another's kernels.
             **({"compile_cache": {"root": CACHE_DIR, "namespace": namespace}} if compile_cache else {}),
+            **({"kv_transfer": kv} if (kv := kv_transfer_config(spec, role)) else {}),
             "name": name,
             "image": image,
             "model": _set(
@@ -320,3 +348,47 @@ def build_engine_config(
             },
         }
     )
+
+
+def node_npus(spec: AscendLLMDeploymentSpec) -> int:
+    """NPUs of one node of the chip (the transfer engine's port range): A3 16 dies, else 8."""
+    return 16 if spec.npu.chip.value == "A3" else 8
+
+
+def kv_transfer_config(spec: AscendLLMDeploymentSpec, role: PdRoleName | None) -> dict[str, Any] | None:
+    """The engine config's ``kv_transfer`` section (:class:`ascend_runtime.config.KvTransferConfig`),
+    or None without disaggregation and offload. ``role`` None with disaggregation: None too (the
+    roles' configs carry it)."""
+    d, offload = spec.disaggregation, spec.kv_offload
+    if d is None and offload is None:
+        return None
+    if d is not None and role is None:
+        return None
+    out: dict[str, Any] = {}
+    if offload is not None:
+        out["offload_gib"] = offload.size_gi_b
+    if d is not None and role is not None:
+        def sizes(r: Any) -> dict[str, int]:
+            p = r.parallelism
+            return {"tensor": p.tensor, "pipeline": p.pipeline, "data": p.data}
+
+        _set(
+            out,
+            role=role.value,
+            prefill=sizes(d.prefill),
+            decode=sizes(d.decode),
+            connector=d.connector.value if d.connector is not None else None,
+            kv_port=d.kv_port,
+            npus_per_node=None if spec.platform == Platform.CPU else node_npus(spec),
+            transport=d.transport.value if d.transport.value != "default" else None,
+            connect_timeout_ms=d.connect_timeout_ms,
+            transfer_timeout_ms=d.transfer_timeout_ms,
+            rank_table_path=d.rank_table_path,
+            shared_storage_path=d.shared_storage_path,
+        )
+    return out
+
+
+def _behind_sidecar(spec: AscendLLMDeploymentSpec, role: PdRoleName | None) -> bool:
+    """Whether this engine is a decode engine behind the routing sidecar (spec.routing on)."""
+    return role is PdRoleName.DECODE and spec.routing is not None and spec.routing.enabled

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ascend_runtime.config import EngineConfig, GraphMode
 
-from ascend_operator.api import AscendLLMDeploymentSpec, Platform
+from ascend_operator.api import AscendLLMDeploymentSpec, PdRoleName, Platform
 from ascend_operator.builders.common import content_hash
 from ascend_operator.builders.configmap import build_configmap
 from ascend_operator.builders.engine_config import (
@@ -131,18 +131,22 @@ class BuildInputs:
         settings: OperatorSettings,
         remembered: Remembered | None = None,
         plans: Plans | None = None,
+        *,
+        role: PdRoleName | None = None,
     ) -> BuildInputs:
         """The inputs of resource ``meta``; ``plans`` as the caller made them (None: made here).
-        The remembered mode is used only while its key matches."""
+        The remembered mode is used only while its key matches. ``role``: a disaggregation role's
+        inputs (``spec`` is :func:`ascend_operator.builders.disaggregation.role_spec`'s; names are
+        the role's)."""
         remembered = remembered or Remembered()
         if plans is None:
             plans = make_plans(meta.name, spec, settings)
-        names = ChildNames.for_resource(meta.name)
+        names = ChildNames.for_resource(meta.name) if role is None else ChildNames.for_role(meta.name, role.value)
         image = resolve_image(spec, settings)
         key = remembered_mode_key(spec, image, meta.annotations.get(RETRY_GRAPH_ANNOTATION))
         start_mode = remembered.remembered_mode if remembered.remembered_for == key else None
         config = build_engine_config(meta.name, spec, settings, image=image, cache_plan=plans.cache_plan,
-                                     start_mode=start_mode, namespace=meta.namespace)
+                                     start_mode=start_mode, namespace=meta.namespace, role=role)
         # The pod template carries a hash of the config *without* the remembered start mode:
         # remembering the mode that already runs must not roll healthy pods; new pods read it.
         rolled = config.model_copy(update={"graph": config.graph.model_copy(update={"start_mode": None})})

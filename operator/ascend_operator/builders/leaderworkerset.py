@@ -49,13 +49,19 @@ def lws_missing(spec: AscendLLMDeploymentSpec, installed: AbstractSet[str]) -> s
 
     ``installed`` holds the group/versions the cluster serves (a bare group counts too).
     """
-    if spec.nodes_per_replica == 1:
+    d = spec.disaggregation
+    wanting = [("nodesPerReplica", spec.nodes_per_replica)] if d is None else [
+        (f"disaggregation.{role}.nodesPerReplica", r.nodes_per_replica)
+        for role, r in (("prefill", d.prefill), ("decode", d.decode))]
+    wanting = [(field, nodes) for field, nodes in wanting if nodes > 1]
+    if not wanting:
         return None
     if LWS_API_VERSION in installed or LWS_API_VERSION.split("/", 1)[0] in installed:
         return None
+    field, nodes = wanting[0]
     return (
-        f"nodesPerReplica {spec.nodes_per_replica} runs each replica as a LeaderWorkerSet, but the "
-        f"cluster does not serve {LWS_API_VERSION}; {LWS_INSTALL_HINT}, or set nodesPerReplica to 1"
+        f"{field} {nodes} runs each replica as a LeaderWorkerSet, but the "
+        f"cluster does not serve {LWS_API_VERSION}; {LWS_INSTALL_HINT}, or set {field} to 1"
     )
 
 

@@ -14,13 +14,18 @@ downloaded the same way into the same layout, one Job per repo, revision and tok
 with LoRA on the serving pods mount ``models/`` whatever the model's source, so adding one rolls
 no pod either.
 
+A fetch's pod mounts only the repo's directory of the volume (its snapshots, markers and locks)
+writable, and a root filesystem it cannot write: what it downloads cannot land anywhere else.
+A ``hostPath`` directory is made by the kubelet as root (fsGroup does not apply there), so such
+pods first run :func:`cache_dirs_container`, which hands those directories to the engine's user.
+
 A claim the operator creates carries no owner reference, so deleting the resource keeps the
 cached weights, unless ``create.deleteWithResource`` asks otherwise.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -37,6 +42,12 @@ from ascend_operator.settings import ENV_PREFIX, OperatorSettings
 CACHE_DIR = "/var/cache/ascend-llm-model"
 CACHE_VOLUME = "model-cache"
 FETCH_CONTAINER = "fetch"
+CACHE_DIRS_CONTAINER = "cache-dirs"
+#: Where the cache-dirs init container sees the directories it hands over (fixed, not the tenant's).
+CACHE_DIRS_MOUNT = "/cache-dirs"
+#: The fetch's scratch (HOME, TMPDIR): its root filesystem is read-only.
+FETCH_SCRATCH_VOLUME = "fetch-scratch"
+FETCH_SCRATCH_DIR = "/tmp"
 COMPONENT_FETCH = "fetch"
 COMPONENT_ADAPTER_FETCH = "adapter-fetch"
 #: The fetch command's progress port (its ``GET /progress``).
@@ -50,11 +61,15 @@ class CachePlan:
     spec: ModelCacheSpec
     claim_name: str | None
     request: FetchRequest | None
+    _: KW_ONLY
     #: The model's hub token (spec.model.tokenSecretRef): the fetch reads it.
     token: SecretKeyRef | None = None
     #: LoRA is on: serving pods mount ``models/`` (where hub adapters are downloaded) even for a
     #: model that is not from a hub, so adding a hub adapter changes no pod template.
     lora: bool = False
+    #: The serving pods' tolerations (``spec.npu.tolerations``, within the policy): the fetch Jobs
+    #: carry them, so a claim only reachable from tainted serving nodes (a local volume) can be filled.
+    tolerations: tuple[dict[str, Any], ...] = ()
 
     @property
     def model_path(self) -> str | None:
@@ -105,7 +120,9 @@ def plan_cache(name: str, spec: AscendLLMDeploymentSpec, settings: OperatorSetti
             raise SpecError([(f"spec.model.{field}.id / spec.model.revision",
                               "; ".join(e["msg"] for e in error.errors()))]) from error
     return CachePlan(spec=cache, claim_name=claim, request=request, token=model.token_secret_ref,
-                     lora=spec.lora is not None and spec.lora.enabled)
+                     lora=spec.lora is not None and spec.lora.enabled,
+                     tolerations=tuple(t.model_dump(by_alias=True, exclude_none=True)
+                                       for t in spec.npu.tolerations))
 
 
 @dataclass(frozen=True)
@@ -122,12 +139,14 @@ class AdapterFetch:
         """``huggingface:org/name@revision``, as status.modelCache.source spells the model's."""
         return f"{self.request.hub.value}:{self.request.repo_id}@{self.request.revision or 'default'}"
 
-    def job_name(self, name: str, settings: OperatorSettings, claim_name: str | None) -> str:
+    def job_name(self, name: str, settings: OperatorSettings, claim_name: str | None,
+                 tolerations: tuple[dict[str, Any], ...] = ()) -> str:
         """``<name>-adapter-<hash of the request, token reference and pod template>``: another repo,
         revision or token is another Job, never the model's, and so is any change the Job's
         immutable template would refuse (the fetch image, resources, the claim)."""
         token = self.token.model_dump(mode="json") if self.token is not None else None
-        template = _template_digest(_fetch_container(self.request, self.token, settings), claim_name, settings)
+        template = _template_digest(_fetch_container(self.request, self.token, settings), claim_name, settings,
+                                    tolerations)
         return safe_name(name, "adapter-" + content_hash([self.request.model_dump(mode="json"), token, template])[:10])
 
 
@@ -166,17 +185,19 @@ def request_digest(request: FetchRequest) -> str:
     return content_hash(request.model_dump(mode="json"))[:8]
 
 
-def _template_digest(container: dict[str, Any], claim_name: str | None, settings: OperatorSettings) -> str:
+def _template_digest(container: dict[str, Any], claim_name: str | None, settings: OperatorSettings,
+                     tolerations: tuple[dict[str, Any], ...] = ()) -> str:
     # Everything a Job's pod template holds: a Job's template is immutable, so a change of any
-    # (the fetch image, the token reference, resources, the claim) must be another Job.
-    return content_hash([container, claim_name, pod_security_context(settings)])[:5]
+    # (the fetch image, the token reference, resources, the claim, the tolerations) must be another Job.
+    return content_hash([container, claim_name, pod_security_context(settings), list(tolerations)])[:5]
 
 
 def fetch_job_name(name: str, cache_plan: CachePlan, settings: OperatorSettings) -> str:
     """``<name>-fetch-<hash of the request>-<hash of the pod template>``: another model or
     revision is another Job, and so is any change the Job's immutable template would refuse."""
     assert cache_plan.request is not None
-    template = _template_digest(fetch_container(cache_plan, settings), cache_plan.claim_name, settings)
+    template = _template_digest(fetch_container(cache_plan, settings), cache_plan.claim_name, settings,
+                                cache_plan.tolerations)
     return safe_name(name, f"fetch-{request_digest(cache_plan.request)}-{template}")
 
 
@@ -235,7 +256,9 @@ def fetch_container(cache_plan: CachePlan, settings: OperatorSettings, *, ports:
 def _fetch_container(request: FetchRequest, token: SecretKeyRef | None, settings: OperatorSettings,
                      *, ports: bool = True) -> dict[str, Any]:
     # The operator's own fetch image, never spec.image: only code the administrator installed
-    # writes to the cache (a tenant's image could plant weights or a marker there).
+    # writes to the cache (a tenant's image could plant weights or a marker there). Of the volume
+    # it mounts only the repo's directory, all a fetch writes (snapshots, markers, locks).
+    target = str(request.repo_dir.relative_to(request.cache_root))
     container: dict[str, Any] = {
         "name": FETCH_CONTAINER,
         "image": settings.fetch_image,
@@ -245,17 +268,62 @@ def _fetch_container(request: FetchRequest, token: SecretKeyRef | None, settings
         "ports": [{"name": "progress", "containerPort": PROGRESS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": settings.fetch_cpu, "memory": settings.fetch_memory},
                       "limits": {"memory": settings.fetch_memory}},
-        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": CACHE_DIR}],
+        "volumeMounts": [{"name": CACHE_VOLUME, "mountPath": str(request.repo_dir), "subPath": target},
+                         {"name": FETCH_SCRATCH_VOLUME, "mountPath": FETCH_SCRATCH_DIR}],
+        # The hub clients' own files (ModelScope's session, temporary files) go to the scratch.
+        "env": [{"name": "HOME", "value": FETCH_SCRATCH_DIR}, {"name": "TMPDIR", "value": FETCH_SCRATCH_DIR}],
         "terminationMessagePolicy": "File",
         "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
-                            "capabilities": {"drop": ["ALL"]}},
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}},
     }
     if token is not None:
-        container["env"] = [{"name": request.default_token_env(),
-                             "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}}]
+        container["env"].append({"name": request.default_token_env(),
+                                 "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
     if not ports:
         del container["ports"]
     return container
+
+
+def fetch_scratch_volume() -> dict[str, Any]:
+    """The fetch container's scratch (``HOME``, ``TMPDIR``): its root filesystem is read-only."""
+    return {"name": FETCH_SCRATCH_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}
+
+
+def cache_dirs_container(cache_plan: CachePlan, settings: OperatorSettings) -> dict[str, Any] | None:
+    """The init container that hands a ``hostPath`` cache's writable directories (the fetch's repo
+    directory, the compile caches) to the engine's user; None where none is needed.
+
+    The kubelet makes a hostPath directory and every subPath in it as root, mode 0755, and fsGroup
+    does not apply to hostPath: a fetch or engine running as the engine's user could write none of
+    them. A claim needs no such step (fsGroup makes its subPaths group-writable). The container runs
+    the operator's fetch image as root with CAP_CHOWN only and a fixed command: each directory is
+    mounted at a fixed path of its own, and ``chown`` (not recursive) changes only those.
+    """
+
+    if cache_plan.claim_name is not None or settings.engine_run_as_user == 0:
+        return None
+    targets: list[tuple[str, str]] = []
+    if cache_plan.request is not None:
+        request = cache_plan.request
+        targets.append(("fetch", str(request.repo_dir.relative_to(request.cache_root))))
+    if cache_plan.spec.compile_cache:
+        targets.append(("compile", "compile"))
+    if not targets:
+        return None
+    mounts = [{"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIRS_MOUNT}/{what}", "subPath": sub_path}
+              for what, sub_path in targets]
+    return {
+        "name": CACHE_DIRS_CONTAINER,
+        "image": settings.fetch_image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["chown", f"{settings.engine_run_as_user}:{settings.engine_run_as_group}",
+                    *(m["mountPath"] for m in mounts)],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "volumeMounts": mounts,
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+                            "allowPrivilegeEscalation": False, "privileged": False,
+                            "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}},
+    }
 
 
 def pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
@@ -287,7 +355,8 @@ def build_adapter_fetch_job(name: str, namespace: str, settings: OperatorSetting
     models, in the same layout); it is made whatever the model's download is doing."""
 
     assert cache_plan.claim_name is not None  # the CRD's rule: hub adapters need a claim cache
-    return _job(name, namespace, settings, cache_plan, fetch.job_name(name, settings, cache_plan.claim_name),
+    return _job(name, namespace, settings, cache_plan,
+                fetch.job_name(name, settings, cache_plan.claim_name, cache_plan.tolerations),
                 component=COMPONENT_ADAPTER_FETCH,
                 container=_fetch_container(fetch.request, fetch.token, settings))
 
@@ -314,10 +383,11 @@ def _job(name: str, namespace: str, settings: OperatorSettings, cache_plan: Cach
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [container],
-                    "volumes": [_volume(cache_plan, namespace, settings)],
+                    "volumes": [_volume(cache_plan, namespace, settings), fetch_scratch_volume()],
                     "securityContext": pod_security_context(settings),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
+                    **({"tolerations": [dict(t) for t in cache_plan.tolerations]} if cache_plan.tolerations else {}),
                 },
             },
         },
@@ -334,4 +404,18 @@ def serving_wiring(cache_plan: CachePlan, namespace: str,
                        "readOnly": True})
     if cache_plan.spec.compile_cache:
         mounts.append({"name": CACHE_VOLUME, "mountPath": f"{CACHE_DIR}/compile", "subPath": "compile"})
-    return [_volume(cache_plan, namespace, settings)], mounts
+    volumes = [_volume(cache_plan, namespace, settings)]
+    if cache_plan.by_init_container:
+        volumes.append(fetch_scratch_volume())
+    return volumes, mounts
+
+
+def cache_init_containers(cache_plan: CachePlan | None, settings: OperatorSettings) -> list[dict[str, Any]]:
+    """A serving pod's init containers for its cache: the hostPath directories handed to the
+    engine's user, then (hub models on hostPath) the node's own fetch."""
+
+    if cache_plan is None:
+        return []
+    dirs = cache_dirs_container(cache_plan, settings)
+    fetch = fetch_container(cache_plan, settings, ports=False) if cache_plan.by_init_container else None
+    return [c for c in (dirs, fetch) if c is not None]

@@ -56,7 +56,7 @@ from ascend_operator.builders.engine_config import MODEL_CACHE_DIR, MODEL_DIR, S
 from ascend_operator.builders.inputs import BuildInputs
 from ascend_operator.builders.modelcache import (
     CachePlan,
-    fetch_container,
+    cache_init_containers,
     pod_security_context,
     serving_wiring,
 )
@@ -358,10 +358,11 @@ def build_pod_template(
         del container["resources"]
 
     pod_security = pod_security_context(settings)
+    # hostPath caches: the directories made the engine user's, then each node downloads once,
+    # before the engine starts (done at once later).
+    init_containers = cache_init_containers(cache_plan, settings)
     pod_spec: dict[str, Any] = {
-        # hostPath caches: each node downloads once, before the engine starts (done at once later).
-        **({"initContainers": [fetch_container(cache_plan, settings, ports=False)]}
-           if cache_plan is not None and cache_plan.by_init_container else {}),
+        **({"initContainers": init_containers} if init_containers else {}),
         "containers": [container],
         "volumes": volumes,
         "securityContext": pod_security,

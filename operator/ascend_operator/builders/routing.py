@@ -198,6 +198,42 @@ def epp_config(profile: RoutingProfile) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+#: The prefix-based decider sends a request to a prefill pod first only when at least this many
+#: of its tokens are not cached on the decode pod chosen (the pinned router's sample value).
+PD_NON_CACHED_TOKENS = 16
+
+
+def pd_epp_config() -> str:
+    """The EPP's config of a disaggregated resource: the pinned llm-d router's P/D sample
+    (``deploy/config/pd-epp-config.yaml``): a ``decode`` profile on the ``llm-d.ai/role: decode``
+    pods, and a ``prefill`` profile on the prefill pods that ``disagg-profile-handler`` runs only
+    when ``prefix-based-pd-decider`` finds enough uncached tokens; the chart's metrics plugins."""
+    scorers = [{"pluginRef": "prefix-cache-scorer", "weight": 2}, {"pluginRef": "queue-scorer", "weight": 1}]
+    config = {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            {"type": "approx-prefix-cache-producer",
+             "parameters": {"maxPrefixTokensToMatch": 16384, "lruCapacityPerServer": 31250}},
+            {"type": "prefix-cache-scorer"},
+            {"type": "queue-scorer"},
+            {"type": "prefill-filter"},
+            {"type": "decode-filter"},
+            {"type": "max-score-picker"},
+            {"type": "disagg-profile-handler", "parameters": {"deciders": {"prefill": "prefix-based-pd-decider"}}},
+            {"type": "prefix-based-pd-decider", "parameters": {"nonCachedTokens": PD_NON_CACHED_TOKENS}},
+            {"type": "metrics-data-source",
+             "parameters": {"scheme": "http", "path": "/metrics", "insecureSkipVerify": True}},
+            {"type": "core-metrics-extractor"},
+        ],
+        "schedulingProfiles": [
+            {"name": role, "plugins": [{"pluginRef": f"{role}-filter"}, {"pluginRef": "max-score-picker"}, *scorers]}
+            for role in ("prefill", "decode")
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 # Least privilege: what the EPP of chart v0.10.0 reads, in the resource's namespace only.
 EPP_ROLE_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
@@ -283,7 +319,7 @@ def build_routing(name: str, namespace: str, spec: AscendLLMDeploymentSpec,
     if routing is None or not routing.enabled:
         return ()
     names = RoutingNames.for_resource(name)
-    config_text = epp_config(routing.profile)
+    config_text = pd_epp_config() if spec.disaggregation is not None else epp_config(routing.profile)
     service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace, names.epp)}
     role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, namespace, names.epp),
             "rules": [dict(rule) for rule in EPP_ROLE_RULES]}

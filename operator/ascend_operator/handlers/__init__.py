@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 import kopf
 
 from ascend_operator.k8s import Kube
+from ascend_operator.lastpass import LastPasses
 from ascend_operator.passmemo import PassMemo
 from ascend_operator.podreads import PodReader
 from ascend_operator.reflector import Reflectors
 from ascend_operator.settings import OperatorSettings
+from ascend_operator.specmemo import SpecMemo
 from ascend_operator.store import ResourceStore
 from ascend_operator.watchcache import WatchCache
 from ascend_operator.workqueue import WorkQueue
@@ -43,6 +45,8 @@ class OperatorContext:
     store: ResourceStore = field(default_factory=ResourceStore)
     watch_cache: WatchCache = field(default_factory=WatchCache)
     passes: PassMemo = field(default_factory=PassMemo)
+    specs: SpecMemo = field(default_factory=SpecMemo)
+    last_passes: LastPasses = field(default_factory=LastPasses)
     #: Set by the startup handler once the event loop runs (its worker needs this context).
     queue: WorkQueue | None = None
     #: The list-then-watch streams of the children and pods (set by the startup handler).

@@ -41,6 +41,8 @@ def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[s
     if event_type == "DELETED":
         ctx.store.remove(key)
         ctx.passes.forget(key)
+        ctx.specs.forget(key)
+        ctx.last_passes.forget(key)
         ctx.work.forget(key)
         return
     previous = ctx.store.version(key)

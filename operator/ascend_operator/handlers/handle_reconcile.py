@@ -17,9 +17,9 @@ from typing import Any
 
 import kopf
 from ascend_runtime.cachelayout import FetchPhase
-from ascend_runtime.config import GraphMode
+from ascend_runtime.config import GraphMode, RuntimeState
 
-from ascend_operator.api import AscendLLMDeploymentSpec, Phase, Platform, SpecError, parse_spec
+from ascend_operator.api import AscendLLMDeploymentSpec, Phase, Platform, SpecError
 from ascend_operator.builders import (
     CONFIG_HASH_ANNOTATION,
     AutoscalerChoice,
@@ -31,7 +31,6 @@ from ascend_operator.builders import (
     choose_autoscaler,
     endpoint_url,
     lws_missing,
-    make_plans,
     routing_missing,
     selector_labels,
     selector_string,
@@ -51,16 +50,20 @@ from ascend_operator.k8s import (
     ChildRefused,
     NamespaceTerminating,
     Outcome,
+    spec_hash,
 )
-from ascend_operator.lora import enforce_lora
+from ascend_operator.drift import find_drift
+from ascend_operator.lastpass import Inputs, LastPass, same_states, skippable
+from ascend_operator.lorastatus import adapters_settling
+from ascend_operator.podreads import state_targets
 from ascend_operator.names import ChildNames, label_value
 from ascend_operator.passmemo import children_marks, inputs_digest
-from ascend_operator.policy import enforce_policy
 from ascend_operator.routeshadow import Shadow, shadowing_routes
 from ascend_operator.store import key_of
 from ascend_operator.status import (
     AutoscalingObservation,
     Observation,
+    RoleObservation,
     RoutingObservation,
     compute_status,
     invalid_spec_status,
@@ -93,19 +96,22 @@ KEDA_HPA_PREFIX = "keda-hpa-"
 _SETTLED = frozenset({Phase.READY, Phase.STOPPED, Phase.FAILED, Phase.DEGRADED})
 
 
-async def _publish(ctx: OperatorContext, body: Mapping[str, Any], status: dict[str, Any]) -> None:
+async def _publish(ctx: OperatorContext, body: Mapping[str, Any], status: dict[str, Any]) -> bool:
     """Events for the transitions, then the status patch when it differs from the server's status
-    (the store keeps the server's body, updated from the patch response itself)."""
+    (the store keeps the server's body, updated from the patch response itself); whether it
+    posted or patched anything."""
 
     meta = body["metadata"]
     previous = body.get("status") or {}
-    for type_, reason, message in transition_events(previous, status):
+    events = transition_events(previous, status)
+    for type_, reason, message in events:
         kopf.event(body, type=type_, reason=reason, message=message[:1024])
     patch = status_patch(previous, status)
     if patch is not None:
         updated = await ctx.kube.patch_status(meta["namespace"], meta["name"], patch)
         if updated is not None:
             ctx.store.put(updated)
+    return bool(events) or patch is not None
 
 
 async def _autoscaling(ctx: OperatorContext, namespace: str, label: str, spec: AscendLLMDeploymentSpec,
@@ -179,15 +185,31 @@ async def reconcile_key(ctx: OperatorContext, key: str) -> float | None:
     """Reconcile the resource ``namespace/name`` as the store has it; the seconds until the next
     run (``None``: not again until an event). Raises on failure (the queue backs off)."""
 
+    states = None
+    last = ctx.last_passes.get(key)
+    if last is not None:
+        # Skipped when nothing it would read changed since a pass that wrote nothing
+        # (ascend_operator.lastpass): only the runtime states are read again.
+        namespace, _, name = key.partition("/")
+        inputs = Inputs(ctx.store.version(key), await ctx.kube.served(ctx.settings.discovery_ttl_s), ctx.settings,
+                        ctx.watch_cache.changed(namespace, label_value(name)))
+        if inputs.same(last.inputs):
+            states = await ctx.pods.read_targets(namespace, last.targets)
+            if same_states(last.states, states):
+                return last.due_s
+        ctx.last_passes.forget(key)
     body = ctx.store.get(key)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None  # gone or going: the garbage collector removes the children
     log = logging.LoggerAdapter(logger, {"resource": key})
-    done = await reconcile(ctx, body, log)
+    done = await reconcile(ctx, body, log, states=states)
     if done is None:
         return None
     due = ctx.settings.resync_interval_s if done.phase in _SETTLED else ctx.settings.progress_poll_interval_s
-    return min(due, done.due_s) if done.due_s is not None else due
+    due = min(due, done.due_s) if done.due_s is not None else due
+    if done.read is not None:
+        ctx.last_passes.record(key, replace(done.read, due_s=due))
+    return due
 
 
 @dataclass
@@ -200,6 +222,8 @@ class ChildrenPass:
     conflicts: list[str] = field(default_factory=list)
     refused: ChildRefused | None = None
     verified: bool = False
+    #: Whether the pass wrote (applied or deleted) a child.
+    wrote: bool = False
 
 
 @dataclass(frozen=True)
@@ -208,27 +232,31 @@ class PassResult:
 
     phase: Phase
     due_s: float | None = None
+    #: What the pass read, when it wrote nothing and read only what the watches show: the next
+    #: pass with the same inputs is skipped (``ascend_operator.lastpass``).
+    read: LastPass | None = None
 
 
 async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
-                    log: logging.Logger | logging.LoggerAdapter[Any]) -> PassResult | None:
+                    log: logging.Logger | logging.LoggerAdapter[Any],
+                    states: Mapping[str, RuntimeState | None] | None = None) -> PassResult | None:
     """Reconcile one resource (docs/operator.md, "The reconcile pass"); safe to run any number of times.
-    Returns the phase written (``None`` for a refused spec)."""
+    Returns the phase written (``None`` for a refused spec). ``states``: the running pods' runtime
+    states, when the caller has just read them."""
 
     meta = body["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    # The versions of what the pass reads from the watches, before it reads any of them.
+    objects = ctx.watch_cache.changed(namespace, label_value(name))
+    meta_version = meta.get("resourceVersion")
     generation = int(meta.get("generation") or 0)
     previous = body.get("status") or {}
     now = _now()
 
     try:
-        spec = parse_spec(body.get("spec") or {})
-        enforce_policy(spec, ctx.settings)  # the administrator's policies refuse like the schema
-        # The model cache's plan and the hub adapters' downloads, once a pass; each refuses a repo
-        # id or revision the cache cannot store.
-        plans = make_plans(name, spec, ctx.settings)
-        # What the CRD cannot see (the resource name, the image); the warnings go to LoraWarning.
-        warnings = enforce_lora(name, spec, ctx.settings, plans.cache_plan)
+        # Parsed, within the policies, planned and through the LoRA guard: once per generation.
+        checked = ctx.specs.check(key_of(namespace, name), body, ctx.settings)
+        spec, plans, warnings = checked.spec, checked.plans, checked.warnings
     except SpecError as error:
         log.info("%s: refusing the spec: %s", f"{namespace}/{name}", error)
         await _publish(ctx, body, invalid_spec_status(previous, str(error), generation, now))
@@ -281,6 +309,8 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
             return None
         found = ensured
         if digest is not None and found.verified:
+            # The marks as the pass left them: its own writes' answers are in the watch cache.
+            marks = children_marks(ctx.watch_cache, CHILD_KINDS, namespace, label)
             ctx.passes.record(key, digest, marks, summary, ctx.settings)
         else:
             ctx.passes.forget(key)
@@ -290,7 +320,11 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                if cache_plan.by_job else None)
         model_cache = await handle_modelcache.observe(ctx, name, namespace, label, cache_plan, job, pods, now,
                                                       completed_before)
-    states = await ctx.pods.read_states(namespace, pods)
+    targets = state_targets(pods)
+    if states is None or set(states) != {target.name for target in targets}:
+        states = await ctx.pods.read_states(namespace, pods)
+    else:
+        states = {**dict.fromkeys(pod["metadata"]["name"] for pod in pods), **states}
     observation = Observation(
         name=name,
         generation=generation,
@@ -313,12 +347,19 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
         cache=model_cache,
         adapter_downloads=downloads,
         lora_warnings=tuple(warnings),
+        roles={role: RoleObservation(workload, template_hash, nodes)
+               for role, workload, template_hash, nodes in summary.roles},
     )
     status = compute_status(spec, observation, previous, now)
-    await _publish(ctx, body, status)
+    published = await _publish(ctx, body, status)
     if refused is not None:
         raise refused  # retried with backoff; the status already says why
-    return PassResult(Phase(status["phase"]), _due(ctx, model_cache, downloads))
+    quiet = (found.verified and not found.wrote and not found.conflicts and not published
+             and skippable(cache=cache_plan is not None, adapters=bool(plans.adapter_fetches),
+                           routing=routing_enabled(spec), keda=summary.autoscaler == "keda"))
+    read = LastPass(Inputs(meta_version, served, ctx.settings, objects), targets,
+                    {target.name: states[target.name] for target in targets}, None) if quiet else None
+    return PassResult(Phase(status["phase"]), _due(ctx, model_cache, downloads, status.get("lora")), read)
 
 
 async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], children: Children,
@@ -370,7 +411,10 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
                 break  # pods could not mount the cache: nothing after it is made
             continue
         if result.outcome != Outcome.UNCHANGED:
-            changed = True
+            # A write verifies its child when the server's answer is as built (what the next
+            # pass would check): the pass memo then needs no second full pass after a create.
+            found.wrote = True
+            changed = changed or not _as_built(child, result.live) or child is children.cache_claim
             if result.live is not None and child is not children.cache_claim:  # claims are not watched
                 ctx.watch_cache.put(result.live)
             log.info("%s/%s: %s %s %s %s", namespace, name, result.outcome.value, result.kind, result.name,
@@ -387,19 +431,26 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
             keep = {child["metadata"]["name"] for child in desired if child["kind"] == kind.kind}
             present = ctx.watch_cache.objects(kind.kind, namespace, label)
             for gone in await ctx.kube.prune(kind, namespace, present, uid, keep):
-                changed = True
+                changed = found.wrote = True
                 ctx.watch_cache.remove(kind.kind, namespace, gone)
                 log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
     found.verified = not (changed or found.conflicts or found.refused)
     return found
 
 
+def _as_built(child: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:
+    """Whether the server's answer to a write of ``child`` is the child as built (same spec-hash,
+    no drift): what a later pass would find, so that pass can be skipped."""
+    return live is not None and spec_hash(live) == spec_hash(child) and not find_drift(child, live)
+
+
 def _due(ctx: OperatorContext, model_cache: CacheObservation | None,
-         downloads: Sequence[AdapterDownload]) -> float | None:
+         downloads: Sequence[AdapterDownload], lora: Mapping[str, Any] | None = None) -> float | None:
     """Seconds until a failed fetch Job's retry, or the progress poll while an adapter downloads
-    (its bytes show in no API object); None when nothing is due."""
+    or is being loaded (neither shows in an API object); None when nothing is due."""
 
     due = [d.retry_in_s for d in (model_cache, *downloads) if d is not None and d.retry_in_s is not None]
-    if any(d.state.phase in (FetchPhase.PENDING, FetchPhase.DOWNLOADING) for d in downloads):
+    if any(d.state.phase in (FetchPhase.PENDING, FetchPhase.DOWNLOADING) for d in downloads) \
+            or adapters_settling(lora):
         due.append(ctx.settings.progress_poll_interval_s)
     return min(due) if due else None

@@ -23,12 +23,16 @@ from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
 from ascend_operator.leader import LeaderElector, LeaseTiming, own_namespace
 from ascend_operator.podreads import PodReader
+from ascend_operator.rediscovery import Rediscovery
 from ascend_operator.reflector import Reflector, Reflectors, ReflectorTiming, scopes
 from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
 
 SETTINGS_KEY = "ascend_settings"
 TRIM_TASK_KEY = "ascend_trim_task"
+#: kopf's insights (what it serves), put in the memo by ``ascend-llm operator run``.
+INSIGHTS_KEY = "ascend_kopf_insights"
+REDISCOVERY_KEY = "ascend_rediscovery"
 
 #: kopf's progress annotations and its finalizer, under the API group's prefix (no diff-base:
 #: see NoDiffBase).
@@ -136,7 +140,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     ctx = OperatorContext(
         settings=ops, kube=kube,
         pods=PodReader(kube, timeout_s=ops.status_read_timeout_s,
-                       via_proxy=ops.state_read_mode() == StateRead.PROXY),
+                       via_proxy=ops.state_read_mode() == StateRead.PROXY,
+                       retry_base_s=ops.progress_poll_interval_s),
     )
     ctx.queue = WorkQueue(
         lambda key: handle_reconcile.reconcile_key(ctx, key),
@@ -145,6 +150,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     )
     memo[MEMO_KEY] = ctx
     memo[TRIM_TASK_KEY] = asyncio.create_task(_trim_forever(), name="ascend-llm malloc_trim")
+    if memo.get(INSIGHTS_KEY) is not None:
+        memo[REDISCOVERY_KEY] = Rediscovery(memo[INSIGHTS_KEY], kopf.get_default_registry(), settings, logger)
+        memo[REDISCOVERY_KEY].start()
     await prefill(ctx, logger)
     if elect:
         ctx.queue.pause()  # a standby keeps its store current and reconciles nothing
@@ -209,6 +217,8 @@ async def cleanup(memo: kopf.Memo) -> None:
     task = memo.get(TRIM_TASK_KEY)
     if task is not None:
         task.cancel()
+    if memo.get(REDISCOVERY_KEY) is not None:
+        memo[REDISCOVERY_KEY].stop()
     if MEMO_KEY in memo:
         ctx = context(memo)
         if ctx.reflectors is not None:

@@ -1,0 +1,185 @@
+"""What lets a pass skip work: the spec checked once per generation (ascend_operator.specmemo), the
+inputs of a pass that wrote nothing (ascend_operator.lastpass) and the retry of unreadable runtimes
+(ascend_operator.podreads.Unreadable).
+
+Covered: the memo checks a spec again for a new generation, uid or settings object and not
+otherwise, remembers a refusal (raised afresh each time), and keeps nothing for a body without a
+generation, and keeps only the resources checked last; the inputs change with the body's version,
+discovery, the settings object and any change of a child or pod in the watch cache (added,
+changed, removed), and not with the same object put again; an unreadable pod is asked again
+after the base delay, doubling to the cap, at once when its pod changes, and is forgotten once read.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from ascend_operator import specmemo
+from ascend_operator.api import SpecError
+from ascend_operator.builders.common import RESOURCE_LABEL
+from ascend_operator.lastpass import Inputs, same_states, skippable
+from ascend_operator.podreads import StateTarget, Unreadable, state_targets
+from ascend_operator.settings import OperatorSettings
+from ascend_operator.specmemo import SpecMemo
+from ascend_operator.watchcache import WatchCache
+from ascend_runtime.config import RuntimePhase, RuntimeState
+
+NS = "llm"
+SETTINGS = OperatorSettings(host_path_prefixes=["/models"])
+BODY: dict[str, Any] = {
+    "metadata": {"name": "tiny", "namespace": NS, "uid": "u1", "generation": 1, "resourceVersion": "7"},
+    "spec": {"platform": "CPU", "replicas": 1, "model": {"hostPath": {"path": "/models/tiny"}, "servedName": "tiny"}},
+}
+
+
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    real = specmemo.check_spec
+
+    def counting(name: str, spec: Any, settings: OperatorSettings) -> Any:
+        calls.append(name)
+        return real(name, spec, settings)
+
+    monkeypatch.setattr(specmemo, "check_spec", counting)
+    return calls
+
+
+def test_a_spec_is_checked_once_per_generation(checks: list[str]) -> None:
+    memo = SpecMemo()
+    first = memo.check("llm/tiny", BODY, SETTINGS)
+    again = copy.deepcopy(BODY)
+    again["metadata"]["resourceVersion"] = "8"  # a status write: same generation
+    assert memo.check("llm/tiny", again, SETTINGS) is first
+    assert checks == ["tiny"]
+
+    changed = copy.deepcopy(BODY)
+    changed["metadata"]["generation"] = 2
+    changed["spec"]["replicas"] = 3
+    assert memo.check("llm/tiny", changed, SETTINGS).spec.replicas == 3
+    recreated = copy.deepcopy(changed)
+    recreated["metadata"]["uid"] = "u2"
+    memo.check("llm/tiny", recreated, SETTINGS)
+    memo.check("llm/tiny", recreated, OperatorSettings(host_path_prefixes=["/models"]))
+    assert checks == ["tiny"] * 4
+
+
+def test_a_refused_spec_is_remembered_and_raised_afresh(checks: list[str]) -> None:
+    memo = SpecMemo()
+    bad = copy.deepcopy(BODY)
+    bad["spec"]["replicas"] = -1
+    with pytest.raises(SpecError) as first:
+        memo.check("llm/tiny", bad, SETTINGS)
+    with pytest.raises(SpecError) as second:
+        memo.check("llm/tiny", bad, SETTINGS)
+    assert second.value is not first.value and str(second.value) == str(first.value)
+    assert "spec.replicas" in str(second.value)
+    assert checks == ["tiny"]
+
+
+def test_the_memo_keeps_the_resources_checked_last(checks: list[str]) -> None:
+    memo = SpecMemo(capacity=2)
+    for name in ("a", "b", "a", "c", "a", "b"):
+        body = copy.deepcopy(BODY)
+        body["metadata"]["name"] = name
+        memo.check(f"llm/{name}", body, SETTINGS)
+    assert checks == ["a", "b", "c", "b"] and len(memo) == 2  # b went when c came (a was used since)
+
+
+def test_a_body_without_a_generation_is_checked_every_time(checks: list[str]) -> None:
+    memo = SpecMemo()
+    body = copy.deepcopy(BODY)
+    del body["metadata"]["generation"]
+    memo.check("llm/tiny", body, SETTINGS)
+    memo.check("llm/tiny", body, SETTINGS)
+    assert checks == ["tiny", "tiny"] and len(memo) == 0
+
+
+def obj(kind: str, name: str, rv: int) -> dict[str, Any]:
+    return {"kind": kind, "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": NS, "resourceVersion": str(rv), "labels": {RESOURCE_LABEL: "tiny"}},
+            "spec": {}, "status": {"phase": "Running"}}
+
+
+def inputs(cache: WatchCache, version: str = "7", served: frozenset[str] = frozenset({"v1"}),
+           settings: object = SETTINGS) -> Inputs:
+    return Inputs(version, served, settings, cache.changed(NS, "tiny"))
+
+
+def test_the_inputs_follow_the_body_discovery_settings_and_every_object() -> None:
+    cache = WatchCache()
+    for body in (obj("ConfigMap", "tiny-config", 3), obj("Deployment", "tiny", 4), obj("Pod", "tiny-a", 5)):
+        cache.put(body)
+    base = inputs(cache)
+    assert base.objects != 0 and cache.changed(NS, "other") == 0
+    cache.put(obj("Deployment", "tiny", 4))  # the same object again (our apply's answer, then its event)
+    assert inputs(cache).same(base)
+    assert not inputs(cache, version="8").same(base)
+    assert not inputs(cache, served=frozenset({"v1", "keda.sh/v1alpha1"})).same(base)
+    assert not inputs(cache, settings=OperatorSettings()).same(base)
+    cache.put(obj("Pod", "tiny-a", 9))  # a pod's status changed
+    changed = inputs(cache)
+    assert not changed.same(base)
+    cache.put(obj("Pod", "tiny-a", 5))  # older: not kept
+    assert inputs(cache).same(changed)
+    cache.remove("Pod", NS, "tiny-a")
+    assert not inputs(cache).same(changed)
+    for kind, name in (("ConfigMap", "tiny-config"), ("Deployment", "tiny")):
+        cache.remove(kind, NS, name)
+    assert cache.changed(NS, "tiny") == 0  # none left: nothing is kept for the resource
+
+
+def test_only_passes_that_read_nothing_beyond_the_watches_are_skippable() -> None:
+    assert skippable(cache=False, adapters=False, routing=False, keda=False)
+    for feature in ("cache", "adapters", "routing", "keda"):
+        assert not skippable(**{"cache": False, "adapters": False, "routing": False, "keda": False, feature: True})
+
+
+def test_states_compare_by_value() -> None:
+    ready = RuntimeState(phase=RuntimePhase.READY, ready=True)
+    assert same_states({"a": ready, "b": None}, {"a": RuntimeState(phase=RuntimePhase.READY, ready=True), "b": None})
+    assert not same_states({"a": ready}, {"a": RuntimeState(phase=RuntimePhase.READY, ready=True, leak_suspected=True)})
+    assert not same_states({"a": ready}, {"a": ready, "b": None})
+
+
+def test_only_running_pods_not_being_deleted_are_read() -> None:
+    running, pending, going = obj("Pod", "a", 1), obj("Pod", "b", 2), obj("Pod", "c", 3)
+    running["status"]["podIP"] = "10.0.0.1"
+    pending["status"]["phase"] = "Pending"
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert state_targets([running, pending, going]) == (StateTarget("a", "10.0.0.1", "1"),)
+
+
+def test_an_unreadable_pod_is_asked_again_later_doubling_and_at_once_when_it_changes() -> None:
+    now = [100.0]
+    memo = Unreadable(5.0, max_s=30.0, clock=lambda: now[0])
+    pod = StateTarget("a", "10.0.0.1", "1")
+    assert memo.due(NS, pod)
+    waits = []
+    for _ in range(5):
+        memo.failed(NS, pod)
+        start = now[0]
+        while not memo.due(NS, pod):
+            now[0] += 1.0
+        waits.append(now[0] - start)
+    assert waits == [5.0, 10.0, 20.0, 30.0, 30.0]
+    memo.failed(NS, pod)
+    assert not memo.due(NS, pod)
+    assert memo.due(NS, StateTarget("a", "10.0.0.1", "2"))  # the pod changed: ask at once
+    memo.failed(NS, StateTarget("a", "10.0.0.1", "2"))
+    now[0] += 5.0  # a changed pod starts again from the base delay
+    assert memo.due(NS, StateTarget("a", "10.0.0.1", "2"))
+    memo.read(NS, "a")
+    assert memo.due(NS, pod) and len(memo) == 0
+
+
+def test_pods_gone_for_long_are_swept() -> None:
+    now = [0.0]
+    memo = Unreadable(1.0, max_s=10.0, clock=lambda: now[0])
+    for index in range(1023):
+        memo.failed(NS, StateTarget(f"old-{index}", None, "1"))
+    now[0] = 100.0
+    memo.failed(NS, StateTarget("new", None, "1"))
+    assert len(memo) == 1
