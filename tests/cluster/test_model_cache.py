@@ -216,3 +216,29 @@ def test_a_new_image_or_token_of_a_cached_resource_updates_the_workload_in_one_p
     wait_for("the old Job deleted", lambda: first.metadata.name not in {j.metadata.name for j in jobs(api, namespace)})
     progressing = condition(get(api, namespace, "qwen"), "Progressing")
     assert progressing.get("reason") != "ChildRefused", progressing
+
+
+def test_a_kept_claim_larger_than_a_new_size_is_refused_naming_the_field_and_blocks_nothing(
+        api: Any, operator: Any, namespace: str, volume: Any) -> None:
+    """A kept claim cannot shrink: the server would refuse the claim's update naming its own
+    field, so the operator refuses it naming the spec's, and still makes the rest (the claim as
+    it is serves)."""
+    import kubernetes
+
+    storage_class = volume()
+    create(api, namespace, "qwen", {**CPU, "model": {**HUB, "cache": {
+        "create": {"size": "10Gi", "storageClassName": storage_class}}}})
+    wait_for("the Deployment", lambda: deployment(api, namespace, "qwen"))
+    kubernetes.client.CustomObjectsApi(api).delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "qwen")
+    wait_for("the Deployment garbage-collected", lambda: deployment(api, namespace, "qwen") is None)
+
+    create(api, namespace, "qwen", {**CPU, "model": {**HUB, "cache": {
+        "create": {"size": "5Gi", "storageClassName": storage_class}}}})
+    refused = wait_for("the claim refused", lambda: (c := condition(get(api, namespace, "qwen"), "Progressing"))
+                       .get("reason") == "ChildRefused" and c)
+    assert "spec.model.cache.create.size 5Gi is below the claim's 10Gi" in refused["message"], refused
+    wait_for("the Deployment made all the same", lambda: deployment(api, namespace, "qwen"))
+    claim = _core(api).read_namespaced_persistent_volume_claim("qwen-model-cache", namespace)
+    assert claim.spec.resources.requests["storage"] == "10Gi"
+    events = _core(api).list_namespaced_event(namespace, field_selector="involvedObject.name=qwen").items
+    assert any(e.type == "Warning" and "spec.model.cache.create.size" in (e.message or "") for e in events)

@@ -379,3 +379,20 @@ def test_a_host_path_cache_s_directories_are_handed_to_the_engine_user_first() -
     assert only["command"] == ["chown", "1000:1000", "/cache-dirs/compile"]
     none = children({"pvc": {"claimName": "weights"}, "cache": {"hostPath": "/data/llm-cache", "compileCache": False}})
     assert "initContainers" not in none.workload["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("wanted", "held", "refused"), [
+    ("10Gi", "10Gi", False), ("20Gi", "10Gi", False), ("5Gi", "10Gi", True),
+    ("1000Gi", "1Ti", True), ("10737418240", "10Gi", False), ("10G", "10Gi", True),
+])
+def test_a_claim_only_grows_compared_as_quantities(wanted: str, held: str, refused: bool) -> None:
+    from ascend_operator.handlers.handle_modelcache import claim_shrink
+
+    claim = {"metadata": {"name": "qwen-model-cache"}, "spec": {"resources": {"requests": {"storage": wanted}}}}
+    live = {"spec": {"resources": {"requests": {"storage": held}}}}
+    why = claim_shrink(claim, live)
+    assert (why is not None) == refused
+    if refused:
+        assert why is not None and why.startswith(f"spec.model.cache.create.size {wanted} is below the claim's {held}")
+        assert "qwen-model-cache" in why
+    assert claim_shrink(claim, {"spec": {}}) is None  # a claim the server has not sized yet

@@ -7,6 +7,7 @@ evaluates, with one message. CEL sees the raw object (no defaults), so it spells
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 from ascend_operator.api.base import (
     DEFAULT_CHIP,
@@ -948,8 +949,15 @@ def _claim_class(claim: CacheClaimSpec) -> str:
     return claim.storage_class_name or ""
 
 
-#: A claim's storage class and access modes cannot change once it exists (the API server refuses
-#: the claim's update), so a change is refused on the resource, naming the field.
+def _claim_bytes(claim: CacheClaimSpec) -> Decimal:
+    from kubernetes.utils.quantity import parse_quantity  # the client's own parser (pure)
+
+    return parse_quantity(claim.size)
+
+
+#: A claim's storage class and access modes cannot change once it exists, nor can its size shrink
+#: (the API server refuses the claim's update), so such a change is refused on the resource, naming
+#: the field. A claim kept from an earlier resource is checked by the operator (handle_modelcache).
 TRANSITION_RULES.update(
     {
         CacheClaimSpec: (
@@ -972,6 +980,18 @@ TRANSITION_RULES.update(
                 ),
                 field_path=".accessMode",
                 holds=lambda old, new: old.access_mode == new.access_mode,
+            ),
+            TransitionRule(
+                # Kubernetes' CEL quantity library (the server's own parser); the pattern on size
+                # admits only quantities, isQuantity keeps an evaluation error from ever refusing.
+                cel="!isQuantity(self.size) || !isQuantity(oldSelf.size) || "
+                "quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0",
+                message=(
+                    "size of the cache claim cannot shrink (a claim only grows); keep it or set more, or "
+                    "remove spec.model.cache.create, delete the claim <name>-model-cache, then add it back"
+                ),
+                field_path=".size",
+                holds=lambda old, new: _claim_bytes(new) >= _claim_bytes(old),
             ),
         ),
     }
