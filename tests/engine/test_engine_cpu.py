@@ -6,6 +6,12 @@ the first rung (torch.compile graph mode) fails for real and the runtime must fa
 eager by itself; then the OpenAI API, /metrics, warmup reporting, a crash and its relaunch,
 and finally SIGTERM with requests in flight (zero may fail). A second module-scoped runtime
 checks that a healthy graph-mode start stays in graph mode.
+
+The two starts also show the weights loader (docs/weights-loading.md) in vLLM's own log lines,
+without a start of their own: the first has its weights on network storage
+(``engine.weightsStorage: network``, as the operator writes it for ``spec.model.pvc``) and gets
+``--safetensors-load-strategy prefetch`` (vLLM 0.18+) by default; the second sets
+``engine.weightsLoader: eager``, which overrides that default.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ def is_ready(state: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def fallback_runtime(tiny_model, engine_workdir):
-    runtime = launch(engine_workdir / "fallback", tiny_model, engine_config(), {"CXX": "/bin/false"})
+    runtime = launch(engine_workdir / "fallback", tiny_model, engine_config(engine={"weightsStorage": "network"}),
+                     {"CXX": "/bin/false"})
     started = time.monotonic()
     runtime.wait_for(is_ready, 420, "Ready after falling back to eager")
     runtime.ready_after_s = time.monotonic() - started
@@ -44,6 +51,16 @@ def test_real_graph_failure_falls_back_to_eager(fallback_runtime):
     assert state["fallbacks"] == 1
     assert "compiler" in state["fallbackReason"].lower() or "capture" in state["fallbackReason"].lower()
     print(f"fallback start to Ready: {fallback_runtime.ready_after_s:.1f} s")
+
+
+PREFETCH_LINE = "Prefetching checkpoint files"
+EAGER_LINE = "Loading safetensors checkpoint shards (eager)"
+
+
+def test_network_storage_gets_the_prefetch_loader_by_default(fallback_runtime):
+    log = fallback_runtime.log_path.read_text(errors="replace")
+    assert "weights loader: prefetch (auto for network storage)" in log
+    assert PREFETCH_LINE in log and EAGER_LINE not in log
 
 
 def test_warmup_ran_before_ready_and_is_reported(fallback_runtime):
@@ -114,7 +131,8 @@ def test_sigterm_with_requests_in_flight_fails_none(fallback_runtime, tiny_model
 @pytest.fixture(scope="module")
 def graph_runtime(tiny_model, engine_workdir):
     runtime = launch(engine_workdir / "graph", tiny_model,
-                     engine_config(warmup={"promptLengths": [8, 64], "concurrency": [1, 2]}), {})
+                     engine_config(engine={"weightsStorage": "network", "weightsLoader": "eager"},
+                                   warmup={"promptLengths": [8, 64], "concurrency": [1, 2]}), {})
     started = time.monotonic()
     runtime.wait_for(is_ready, 420, "Ready in graph mode")
     runtime.ready_after_s = time.monotonic() - started
@@ -127,3 +145,9 @@ def test_healthy_graph_start_stays_in_graph_mode(graph_runtime):
     assert state["mode"] == state["ladder"][0] != "EAGER"
     assert state["fallbacks"] == 0
     print(f"graph-mode start to Ready: {graph_runtime.ready_after_s:.1f} s")
+
+
+def test_an_explicit_weights_loader_overrides_the_storage_default(graph_runtime):
+    log = graph_runtime.log_path.read_text(errors="replace")
+    assert "weights loader: eager (engine.weightsLoader)" in log
+    assert EAGER_LINE in log and PREFETCH_LINE not in log
