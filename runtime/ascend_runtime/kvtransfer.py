@@ -19,6 +19,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 __all__ = [
+    "NIXL_MODULE",
     "Connector",
     "HostMount",
     "KvGeometry",
@@ -85,6 +86,10 @@ NIXL_SIDE_CHANNEL_PORT = 5600
 
 HCCN_CONF = "/etc/hccn.conf"
 HCCN_TOOL = "/usr/local/Ascend/driver/tools/hccn_tool"
+
+
+#: The module vLLM's NixlConnector imports its bindings from (``nixl._api``).
+NIXL_MODULE = "nixl"
 
 
 class KvTransferError(ValueError):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry
 
@@ -21,6 +22,7 @@ from ascend_runtime import redact
 from ascend_runtime.config import DEFAULT_CONFIG_PATH, ConfigError, EngineConfig, GraphMode, load_config
 from ascend_runtime.distributed import plan_distributed, resolve_distributed
 from ascend_runtime.flags import graph_ladder, kv_transfer_plan, loader_choice
+from ascend_runtime.kvtransfer import NIXL_MODULE, Connector
 from ascend_runtime.lora_support import check_lora_support
 from ascend_runtime.memory.devices import VisibleDevicesError, visible_devices
 from ascend_runtime.preflight import make_preflight
@@ -101,16 +103,28 @@ def check_distributed(config: EngineConfig, versions: Versions, env: Mapping[str
     return None
 
 
-def check_kv_transfer_config(config: EngineConfig, versions: Versions, env: Mapping[str, str]) -> str | None:
+def module_importable(name: str) -> bool:
+    """Whether ``import name`` would find the module (in the engine's interpreter, which is this one)."""
+    return importlib.util.find_spec(name) is not None
+
+
+def check_kv_transfer_config(config: EngineConfig, versions: Versions, env: Mapping[str, str],
+                             importable: Callable[[str], bool] = module_importable) -> str | None:
     """Why this engine's KV transfer cannot be wired on the installed versions (a connector the
-    vllm-ascend lacks, offload of an MLA model, ...), or None: refused at start-up, exit 2, not
-    at the first launch."""
+    vllm-ascend lacks, offload of an MLA model, NixlConnector in an image without NIXL, ...), or
+    None: refused at start-up, exit 2, not at the first launch."""
     if config.kv_transfer is None:
         return None
     try:
-        kv_transfer_plan(config, versions, env)
+        plan = kv_transfer_plan(config, versions, env)
     except ValueError as error:  # KvTransferError: the field and the fix
         return f"kv_transfer: {error}"
+    connector = (plan.kv_transfer_config or {}).get("kv_connector")
+    # Without the bindings every launch of the engine fails; refused here with the fix instead.
+    if connector == Connector.NIXL.value and not importable(NIXL_MODULE):
+        return (f"kv_transfer: connector {Connector.NIXL.value} needs the NIXL Python bindings (module "
+                f"'{NIXL_MODULE}'), which this image lacks; add them to the image, or use connector "
+                f"{Connector.EXAMPLE.value} with sharedStoragePath")
     return None
 
 

@@ -462,3 +462,27 @@ def test_the_shared_kv_directory_is_a_namespaced_node_cache_directory_the_policy
         assert {"name": "kv-shared", "hostPath": {"path": "/data/llm-cache/team-a/kv", "type": "DirectoryOrCreate"}} in (
             pod["volumes"])
         assert {"name": "kv-shared", "mountPath": "/data/llm-cache/kv"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_nixl_on_cpu_is_refused_at_start_in_an_image_without_the_bindings() -> None:
+    from ascend_runtime.main import check_kv_transfer_config
+
+    cpu = Versions(platform="cpu", vllm="0.32.0")
+    pair = {"role": "decode", "prefill": {"tensor": 1}, "decode": {"tensor": 1}}
+    nixl = EngineConfig.model_validate({"model": {"path": "/m"}, "kv_transfer": pair})
+    asked: list[str] = []
+
+    def missing(name: str) -> bool:
+        asked.append(name)
+        return False
+
+    problem = check_kv_transfer_config(nixl, cpu, {"POD_NAME": "p"}, importable=missing)
+    assert asked == ["nixl"]
+    assert problem is not None and problem.startswith("kv_transfer: connector NixlConnector needs the NIXL")
+    assert "ExampleConnector with sharedStoragePath" in problem
+    assert check_kv_transfer_config(nixl, cpu, {"POD_NAME": "p"}, importable=lambda name: True) is None
+    # ExampleConnector needs no bindings: nothing is asked.
+    example = EngineConfig.model_validate({"model": {"path": "/m"}, "kv_transfer": {
+        **pair, "connector": "ExampleConnector", "shared_storage_path": "/kv"}})
+    assert check_kv_transfer_config(example, cpu, {"POD_NAME": "p"}, importable=missing) is None
+    assert asked == ["nixl"]
