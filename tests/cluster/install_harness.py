@@ -372,3 +372,41 @@ class OperatorProcess:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def dry_run_resource(api_client: Any, namespace: str, spec: dict[str, Any]) -> tuple[int, Any]:
+    """Create a resource of ``spec`` with dryRun=All: (201, the object) or (the refusal's status, its body)."""
+    import kubernetes
+    from ascend_operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
+
+    body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "limits"}, "spec": spec}
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    try:
+        return 201, custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All")
+    except kubernetes.client.ApiException as error:
+        return error.status, json.loads(error.body) if error.body else {}
+
+
+def assert_refused_naming(api_client: Any, namespace: str, spec: dict[str, Any], field: str,
+                          fragments: Iterable[str]) -> None:
+    """The API server refuses ``spec`` (422) naming ``field`` with every fragment, and so does the
+    operator's own parse (the same rule in Python)."""
+    from ascend_operator.api import SpecError, parse_spec
+
+    parts = tuple(fragments)
+    status, body = dry_run_resource(api_client, namespace, spec)
+    assert status == 422, body
+    causes = [(c.get("field", ""), c.get("message", "")) for c in (body.get("details") or {}).get("causes") or []]
+    assert any(f == field and all(part in m for part in parts) for f, m in causes), causes
+    with pytest.raises(SpecError) as error:
+        parse_spec(spec)
+    assert any(f == field and all(part in m for part in parts) for f, m in error.value.problems)
+
+
+def assert_admitted(api_client: Any, namespace: str, spec: dict[str, Any]) -> None:
+    """The API server admits ``spec`` and the operator's parse accepts it."""
+    from ascend_operator.api import parse_spec
+
+    status, body = dry_run_resource(api_client, namespace, spec)
+    assert status == 201, body
+    parse_spec(spec)

@@ -8,10 +8,10 @@ read and the runtime checks) is created, dry-run. The operator's Python rules ag
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+from install_harness import assert_admitted, assert_refused_naming
 
 pytestmark = pytest.mark.cluster
 
@@ -66,38 +66,14 @@ ADMITTED: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def _create(api_client: Any, namespace: str, spec: dict[str, Any]) -> tuple[int, Any]:
-    import kubernetes
-    from ascend_operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION
-
-    body = {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "limits"}, "spec": spec}
-    custom = kubernetes.client.CustomObjectsApi(api_client)
-    try:
-        return 201, custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, dry_run="All")
-    except kubernetes.client.ApiException as error:
-        return error.status, json.loads(error.body) if error.body else {}
-
-
 @pytest.mark.parametrize(("what", "spec", "field", "fragments"), REFUSED, ids=[r[0] for r in REFUSED])
 def test_admission_refuses_naming_the_field_and_the_fix(api_client: Any, crd_installed: None, make_namespace: Any,
                                                        what: str, spec: dict[str, Any], field: str,
                                                        fragments: tuple[str, ...]) -> None:
-    from ascend_operator.api import SpecError, parse_spec
-
-    status, body = _create(api_client, make_namespace(), spec)
-    assert status == 422, body
-    causes = [(c.get("field", ""), c.get("message", "")) for c in (body.get("details") or {}).get("causes") or []]
-    assert any(f == field and all(part in m for part in fragments) for f, m in causes), causes
-    with pytest.raises(SpecError) as error:
-        parse_spec(spec)
-    assert any(f == field and all(part in m for part in fragments) for f, m in error.value.problems)
+    assert_refused_naming(api_client, make_namespace(), spec, field, fragments)
 
 
 @pytest.mark.parametrize(("what", "spec"), ADMITTED, ids=[a[0] for a in ADMITTED])
 def test_admission_admits_what_fits(api_client: Any, crd_installed: None, make_namespace: Any, what: str,
                                    spec: dict[str, Any]) -> None:
-    from ascend_operator.api import parse_spec
-
-    status, body = _create(api_client, make_namespace(), spec)
-    assert status == 201, body
-    parse_spec(spec)
+    assert_admitted(api_client, make_namespace(), spec)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from install_harness import ROOT, wait_for
+from install_harness import ROOT, assert_admitted, assert_refused_naming, wait_for
 from test_operator import get, rendered, wait_children_match
 
 pytestmark = pytest.mark.cluster
@@ -59,33 +59,17 @@ ADMITTED: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-# The dry-run create (status, body) of the cross-field tests: one helper for every admission table.
-from test_cross_field_limits import _create  # noqa: E402
-
-
 @pytest.mark.parametrize(("what", "spec", "field", "fragments"), REFUSED, ids=[r[0] for r in REFUSED])
 def test_admission_refuses_what_the_engines_refuse(api_client: Any, crd_installed: None, make_namespace: Any,
                                                    what: str, spec: dict[str, Any], field: str,
                                                    fragments: tuple[str, ...]) -> None:
-    from ascend_operator.api import SpecError, parse_spec
-
-    status, body = _create(api_client, make_namespace(), spec)
-    assert status == 422, body
-    causes = [(c.get("field", ""), c.get("message", "")) for c in (body.get("details") or {}).get("causes") or []]
-    assert any(f == field and all(part in m for part in fragments) for f, m in causes), causes
-    with pytest.raises(SpecError) as error:
-        parse_spec(spec)
-    assert any(f == field and all(part in m for part in fragments) for f, m in error.value.problems)
+    assert_refused_naming(api_client, make_namespace(), spec, field, fragments)
 
 
 @pytest.mark.parametrize(("what", "spec"), ADMITTED, ids=[a[0] for a in ADMITTED])
 def test_admission_admits_what_the_engines_accept(api_client: Any, crd_installed: None, make_namespace: Any,
                                                   what: str, spec: dict[str, Any]) -> None:
-    from ascend_operator.api import parse_spec
-
-    status, body = _create(api_client, make_namespace(), spec)
-    assert status == 201, body
-    parse_spec(spec)
+    assert_admitted(api_client, make_namespace(), spec)
 
 
 def _dry_run_create(api_client: Any, namespace: str, child: dict[str, Any]) -> None:
