@@ -44,7 +44,7 @@ from ascend_operator.api.model import (
     PvcSource,
 )
 from ascend_operator.api.disaggregation import PdRoleName, RoleSpec
-from ascend_operator.api.replica import EngineSpec, GraphSpec, Toleration
+from ascend_operator.api.replica import EngineSpec, GraphSpec, Toleration, quantity_value
 from ascend_operator.api.spec import AscendLLMDeploymentSpec, display_model
 from ascend_operator.reserved import RESERVED_ENV, RESERVED_FLAGS, ReservedEnv, ReservedFlag
 from ascend_runtime.config import LORA_RANKS, Chip, GraphPolicy, WarmupConfig
@@ -950,9 +950,7 @@ def _claim_class(claim: CacheClaimSpec) -> str:
 
 
 def _claim_bytes(claim: CacheClaimSpec) -> Decimal:
-    from kubernetes.utils.quantity import parse_quantity  # the client's own parser (pure)
-
-    return parse_quantity(claim.size)
+    return quantity_value(claim.size)
 
 
 #: A claim's storage class and access modes cannot change once it exists, nor can its size shrink
