@@ -21,11 +21,12 @@ images: tools
 demo: setup
 	$(VENV)/bin/ascend-llm demo
 
-## Everything CI runs: import contracts, fresh CRDs, then every test tier (engine tier included).
+## Everything CI runs: import contracts, fresh CRDs, then every test tier (engine tier included),
+## the cluster and real-node tiers beside the others (.ci/test).
 test: setup tools
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ascend-llm crd --check
-	$(PY) -m pytest --durations=30
+	bash .ci/test
 
 ## The tests without the real engine (seconds to a minute or two).
 test-fast: setup tools
