@@ -4,11 +4,14 @@ A second client beside :class:`ascend_operator.k8s.Kube`: in a pod the operator 
 IP over plain HTTP; outside the cluster (``STATE_READ`` proxy) it reads through the API server's
 pod proxy, which :meth:`Kube.proxy_get` sends (``k8s`` stays the one module that talks to the API
 server). A read that fails for any reason (no pod IP yet, runtime not listening, timeout,
-malformed answer) gives ``None`` ("unknown"), logged at debug. A pod whose state could not be
-read is not asked again until its pod object changes or its retry is due (after the progress
-poll interval, doubling to :data:`UNREADABLE_RETRY_MAX_S`): at 1,000 resources
-the resyncs' reads of runtimes that do not answer (through the pod proxy, every one a request to
-the API server) were a tenth of the operator's CPU while idle (bench/README.md).
+malformed answer) gives ``None`` ("unknown"), logged at debug.
+A pod whose state could not be read is not asked again until its pod object changes or its retry
+is due (:class:`Unreadable`): a starting pod after the progress poll interval, doubling to
+:data:`UNREADABLE_RETRY_MAX_S`; a Ready pod, whose runtime answered the kubelet's readiness probe
+so that only the operator cannot reach it (a network policy, a proxy, kwok's containerless pods),
+once more after the base delay and then at the maximum. At 1,000 resources the resyncs' reads of
+runtimes that do not answer (through the pod proxy, every one a request to the API server) were
+most of the operator's CPU while idle (bench/README.md). Direct reads share one HTTP session.
 """
 
 from __future__ import annotations
@@ -42,18 +45,26 @@ UNREADABLE_RETRY_MAX_S = 300.0
 
 @dataclass(frozen=True)
 class StateTarget:
-    """A running pod whose runtime state a pass reads: its name, IP and ``resourceVersion``."""
+    """A running pod whose runtime state a pass reads: its name, IP, ``resourceVersion`` and
+    whether the kubelet counts it Ready."""
 
     name: str
     ip: str | None
     version: str | None
+    ready: bool = False
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's ``Ready`` condition is ``True`` (its readiness probes pass)."""
+    return any(condition.get("type") == "Ready" and condition.get("status") == "True"
+               for condition in (pod.get("status") or {}).get("conditions") or ())
 
 
 def state_targets(pods: Sequence[Mapping[str, Any]]) -> tuple[StateTarget, ...]:
     """The pods whose state is worth reading: running, not being deleted."""
 
     return tuple(StateTarget(pod["metadata"]["name"], (pod.get("status") or {}).get("podIP"),
-                             pod["metadata"].get("resourceVersion"))
+                             pod["metadata"].get("resourceVersion"), pod_ready(pod))
                  for pod in pods
                  if (pod.get("status") or {}).get("phase") == "Running" and not pod["metadata"].get("deletionTimestamp"))
 
@@ -79,7 +90,12 @@ class Unreadable:
         now, key = self._clock(), (namespace, target.name)
         held = self._held.get(key)
         failures = held[1] + 1 if held is not None and held[0] == target.version else 1
-        delay = min(self._max_s, self._base_s * 2 ** min(failures - 1, 30))
+        if target.ready and failures > 1:
+            # The kubelet reaches this runtime and the operator does not, twice: that lasts until
+            # something changes the pod (which asks again at once), so wait the longest.
+            delay = self._max_s
+        else:  # a starting runtime binds its port within seconds: ask soon, then less often
+            delay = min(self._max_s, self._base_s * 2 ** min(failures - 1, 30))
         self._held[key] = (target.version, failures, now + delay)
         if len(self._held) >= self._sweep_at:  # pods gone since: their retry time is long past
             self._held = {k: v for k, v in self._held.items() if v[2] > now - 2 * self._max_s}
@@ -100,14 +116,28 @@ class PodReader:
         self._timeout_s = timeout_s
         #: Read through the API server's pod proxy (True) or straight from the pod IP.
         self._via_proxy = via_proxy
+        self._session: aiohttp.ClientSession | None = None
+
+    def _direct_session(self) -> aiohttp.ClientSession:
+        # One session for every direct read: its connector keeps each runtime's connection alive
+        # between resyncs, instead of a new session, connector and connection per read.
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=120.0))
+        return self._session
+
+    async def close(self) -> None:
+        """Close the direct reads' session (at the operator's shutdown)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _get_direct(self, pod_ip: str, port: int, path: str = STATE_PATH) -> Any:
         """``GET http://<pod IP>:<port>/<path>`` (the runtime port serves plain HTTP inside the cluster)."""
 
         host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
-        timeout = aiohttp.ClientTimeout(total=self._timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as session, \
-                session.get(f"http://{host}:{port}/{path}") as response:
+        async with self._direct_session().get(f"http://{host}:{port}/{path}") as response:
             response.raise_for_status()
             return await response.json(content_type=None)
 

@@ -34,7 +34,7 @@ from urllib.request import urlopen
 
 import pytest
 import yaml
-from conftest import WAIT_S, OperatorUnderTest
+from cluster_harness import WAIT_S, OperatorUnderTest
 from install_harness import (
     CHART_DIR,
     ROOT,

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_runtime.config import ADAPTERS_FILE_KEY, parse_adapter_set
-from conftest import OperatorUnderTest
+from cluster_harness import OperatorUnderTest
 from install_harness import wait_for
 from test_model_cache import _batch, block_pods, jobs, unblock_pods, volume  # noqa: F401 (a fixture)
 from test_operator import SMALL_CPU_SPEC, _clients, condition, create, get, raw

@@ -33,7 +33,7 @@ from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.drift import find_drift
 from ascend_operator.names import label_value
-from conftest import (DISCOVERY_TTL_S, OPERATOR_SETTINGS, WAIT_S, OperatorUnderTest, operator_writes, raw_get,
+from cluster_harness import (DISCOVERY_TTL_S, OPERATOR_SETTINGS, WAIT_S, OperatorUnderTest, operator_writes, raw_get,
                       writes)
 from install_harness import ROOT, wait_for
 from test_routing_on_server import install_routing_crds

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import WAIT_S
+from cluster_harness import WAIT_S
 from install_harness import ROOT, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from ascend_operator.routeshadow import shadowing_routes
-from conftest import WAIT_S, OperatorUnderTest, watched_namespace
+from cluster_harness import WAIT_S, OperatorUnderTest, watched_namespace
 from install_harness import wait_for
 from test_routing_on_server import RESYNC_WAIT_S, ROUTE, _clients, _condition, _create, _status, install_routing_crds
 

@@ -20,7 +20,7 @@ from ascend_operator import specmemo
 from ascend_operator.api import SpecError
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.lastpass import Inputs, same_states, skippable
-from ascend_operator.podreads import StateTarget, Unreadable, state_targets
+from ascend_operator.podreads import StateTarget, Unreadable, pod_ready, state_targets
 from ascend_operator.settings import OperatorSettings
 from ascend_operator.specmemo import SpecMemo
 from ascend_operator.watchcache import WatchCache
@@ -173,6 +173,42 @@ def test_an_unreadable_pod_is_asked_again_later_doubling_and_at_once_when_it_cha
     assert memo.due(NS, StateTarget("a", "10.0.0.1", "2"))
     memo.read(NS, "a")
     assert memo.due(NS, pod) and len(memo) == 0
+
+
+def test_a_ready_pod_the_operator_cannot_read_is_asked_once_more_then_at_the_longest() -> None:
+    # The kubelet's readiness probe reaches the runtime, the operator does not (a network policy,
+    # kwok's containerless pods): asking every few seconds buys nothing until the pod changes.
+    now = [0.0]
+    memo = Unreadable(5.0, max_s=300.0, clock=lambda: now[0])
+    ready = StateTarget("a", "10.0.0.1", "1", ready=True)
+    waits = []
+    for _ in range(3):
+        memo.failed(NS, ready)
+        start = now[0]
+        while not memo.due(NS, ready):
+            now[0] += 1.0
+        waits.append(now[0] - start)
+    assert waits == [5.0, 300.0, 300.0]
+    memo.failed(NS, ready)
+    assert memo.due(NS, StateTarget("a", "10.0.0.1", "2", ready=True))  # the pod changed: at once
+    starting = StateTarget("b", "10.0.0.2", "1", ready=False)
+    memo.failed(NS, starting)
+    memo.failed(NS, starting)
+    now[0] += 10.0  # a starting pod keeps the short, doubling retries (its start-up phases)
+    assert memo.due(NS, starting)
+
+
+def test_a_pod_is_ready_only_by_its_ready_condition() -> None:
+    pod = obj("Pod", "a", 1)
+    pod["status"]["phase"] = "Running"
+    assert not pod_ready(pod)
+    pod["status"]["conditions"] = [{"type": "ContainersReady", "status": "True"},
+                                   {"type": "Ready", "status": "False"}]
+    assert not pod_ready(pod)
+    pod["status"]["conditions"][1]["status"] = "True"
+    assert pod_ready(pod)
+    pod["status"]["podIP"] = "10.0.0.1"
+    assert state_targets([pod]) == (StateTarget("a", "10.0.0.1", "1", ready=True),)
 
 
 def test_pods_gone_for_long_are_swept() -> None:

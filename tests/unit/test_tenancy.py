@@ -261,8 +261,11 @@ def test_state_read_auto_means_pod_ip_in_a_pod_and_proxy_elsewhere() -> None:
     assert settings(state_read="podIP").state_read_mode({}) == StateRead.POD_IP
 
 
-async def test_state_is_read_from_the_pod_ip_without_the_api_server() -> None:
+async def test_state_is_read_from_the_pod_ip_without_the_api_server_over_one_kept_connection() -> None:
+    peers: list[object] = []
+
     async def state(request: web.Request) -> web.Response:
+        peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         return web.json_response({"phase": "Ready", "ready": True})
 
     app = web.Application()
@@ -282,12 +285,16 @@ async def test_state_is_read_from_the_pod_ip_without_the_api_server() -> None:
             {"metadata": {"name": "c"}, "status": {"phase": "Pending", "podIP": "127.0.0.1"}},
         ]
         states = await reader.read_states("team-a", pods, port)
+        again = await reader.read_states("team-a", pods, port)  # the next resync
     finally:
+        await reader.close()
         kube.close()
         await runner.cleanup()
     assert states["a"] is not None and states["a"].ready and states["a"].phase.value == "Ready"
     assert states["b"] is None and states["c"] is None
-    assert sorted(states) == ["a", "b", "c"]
+    assert sorted(states) == ["a", "b", "c"] and again == states
+    # Both reads came over one connection (the same client port): the session is shared, kept alive.
+    assert len(peers) == 2 and peers[0] == peers[1], peers
 
 
 async def test_the_operator_start_up_masks_api_keys_in_its_log(monkeypatch: pytest.MonkeyPatch) -> None:

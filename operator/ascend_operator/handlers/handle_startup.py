@@ -225,4 +225,5 @@ async def cleanup(memo: kopf.Memo) -> None:
             await ctx.reflectors.stop()
         if ctx.queue is not None:
             await ctx.queue.stop()
+        await ctx.pods.close()
         ctx.kube.close()
