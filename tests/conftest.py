@@ -13,6 +13,7 @@ Tests marked ``cluster`` run against a real Kubernetes API server:
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,16 @@ def local_pack() -> Path | None:
 
     pack = Path(os.environ.get("ASCEND_LLM_K8S_PACK") or ROOT.parent / "shared" / "k8s")
     return pack if (pack / "up.sh").is_file() else None
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # SIGTERM (a CI timeout, `.ci/test` stopping a group) ends the run as Ctrl-C does: session
+    # fixtures still stop the control plane, the real node and the engines they started.
+    signal.signal(signal.SIGTERM, _interrupted)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
