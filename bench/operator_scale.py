@@ -15,7 +15,7 @@ For each operator in turn, in a fresh namespace: start it as a subprocess (``--s
   (``status.observedGeneration`` present); apply-to-status lag per resource (median, p99);
 - the operator's RSS (its process tree, psutil): peak and at the end;
 - writes per idle resync: after a settle of one resync interval, the writes over two resync
-  intervals, divided by the number of intervals;
+  intervals (or ``--idle-window``), divided by the number of intervals;
 - writes on a restart: SIGTERM, start again with all N present, writes until it is idle again.
 
 Writes are the API server's own ``apiserver_request_total`` (GET /metrics): verbs POST, PUT,
@@ -718,6 +718,8 @@ class RunContext:
     count: int
     workers: int
     resync_s: float
+    #: The idle window (s): two resync intervals + 5 s unless ``--idle-window`` says otherwise.
+    idle_window_s: float
     converge_timeout_s: float
     restart_quiet_s: float
     restart_timeout_s: float
@@ -981,7 +983,7 @@ class OperatorRun:
             result.ready = self._wait_all_ready()
         log(f"{result.name}: settling for {ctx.resync_s + 10:g} s")
         time.sleep(ctx.resync_s + 10)
-        window = 2 * ctx.resync_s + 5
+        window = ctx.idle_window_s
         before, cpu_before = self.api.metrics_requests(), op.cpu_s()
         time.sleep(window)
         requests = request_delta(before, self.api.metrics_requests())
@@ -1133,6 +1135,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--resync-interval", type=float, default=30.0,
                         help="ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S for the project's operator, and the unit "
                              "of the idle window (default %(default)s s).")
+    parser.add_argument("--idle-window", type=float, default=None,
+                        help="Seconds of the idle window (default: two resync intervals + 5 s). Longer than "
+                             "the operator's longest retry of an unreadable runtime (300 s), it holds a "
+                             "whole cycle of those reads instead of the quiet start of one.")
     parser.add_argument("--workers", type=int, default=16, help="Threads that apply the resources.")
     parser.add_argument("--keep-cluster", action="store_true",
                         help="Run every operator on the same control plane (default: the pack is wiped and "
@@ -1192,6 +1198,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                          f"not fewer than --count {args.count}")
     if args.resync_interval <= 0:
         parser.error("--resync-interval must be positive")
+    if args.idle_window is not None and args.idle_window <= 0:
+        parser.error("--idle-window must be positive")
     return args
 
 
@@ -1219,6 +1227,7 @@ def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: 
         fit_the_cluster(api, args.count)
     return RunContext(api=api, crd=crd, example=yaml.safe_load(EXAMPLE.read_text()), count=args.count,
                       workers=args.workers, resync_s=args.resync_interval,
+                      idle_window_s=args.idle_window or 2 * args.resync_interval + 5,
                       converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
                       restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
 
