@@ -10,6 +10,7 @@ on the real API server, with the operator running (docs/routing.md, "A shared Ga
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,8 @@ def admin_gateway_operator(operator: OperatorUnderTest) -> Iterator[OperatorUnde
         yield operator
     finally:
         operator.stop()
+        # pytest shows a test's captured stderr only when it failed: the operator's side of it.
+        sys.stderr.write("\n".join(operator.output().splitlines()[-300:]) + "\n")
         for key in GATEWAY:
             operator.env_overrides.pop(key, None)
         operator.start()

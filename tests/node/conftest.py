@@ -1,9 +1,7 @@
 """Fixtures of the real-node tier: a real kubelet (``../shared/node``) runs the images.
 
 - ``images``: ``images/build.sh operator cpu`` (``make images``; cached, so an unchanged tree costs
-  a hash), the OCI archives and image references it printed. The build starts in the background
-  as soon as collection selected a node test, so the tiers before this one (the cluster tier in
-  ``make test``'s group) run meanwhile.
+  a hash), the OCI archives and image references it printed.
 - ``realnode``: the control plane of ``kubeconfig_path`` (only the local ``../shared/k8s`` one: the
   node joins it by its work directory) plus the real node (``../shared/node/up.sh``), started once
   per session into ``.cache/node`` and stopped at the end (``down.sh``; its images stay for the next
@@ -22,8 +20,6 @@ Skipped, with the reason, when not root, without ``../shared/node`` or without b
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -31,14 +27,12 @@ from pathlib import Path
 
 import pytest
 from node_harness import (  # first: it puts tests/cluster (install_harness) on sys.path
-    IMAGES_TIMEOUT_S,
     ROOT,
     Images,
     NodeSetupError,
     OperatorRelease,
     RealNode,
     build_images,
-    start_image_build,
     install_operator,
     start_node,
     stop_node,
@@ -52,31 +46,12 @@ sys.path.insert(0, str(ROOT / "tests" / "fakes"))
 from fake_hub import FakeHub  # noqa: E402
 
 
-_prebuild: list[subprocess.Popen[bytes]] = []
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if session.config.option.collectonly or why_no_node() is not None:
-        return
-    if any(item.get_closest_marker("node") for item in session.items):
-        _prebuild.append(start_image_build())
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    for build in _prebuild:  # a run that ended before the node tier: stop the build (its cache stays sound)
-        if build.poll() is None:
-            os.killpg(build.pid, signal.SIGTERM)
-            build.wait(60)
-
-
 @pytest.fixture(scope="session")
 def images() -> Images:
     reason = why_no_node()
     if reason:
         pytest.skip(reason)
     started = time.monotonic()
-    for build in _prebuild:
-        build.wait(IMAGES_TIMEOUT_S)  # then build_images: cached, or the failure with its output
     try:
         built = build_images()
     except NodeSetupError as error:

@@ -202,21 +202,10 @@ def user_resource(namespace: str, model: Path) -> dict[str, Any]:
     return resource
 
 
-BUILD_IMAGES = ("bash", str(ROOT / "images" / "build.sh"), "operator", "cpu")
-
-
-def start_image_build() -> subprocess.Popen[bytes]:
-    """:func:`build_images` begun in the background (the tiers collected before this one run
-    meanwhile); :func:`build_images` afterwards finds the images cached or reports the failure."""
-
-    return subprocess.Popen(BUILD_IMAGES, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
 def build_images() -> Images:
     """``images/build.sh operator cpu`` (``make images``; cached: an unchanged tree costs a hash)."""
 
-    result = subprocess.run(BUILD_IMAGES, capture_output=True,
+    result = subprocess.run(["bash", str(ROOT / "images" / "build.sh"), "operator", "cpu"], capture_output=True,
                             text=True, timeout=IMAGES_TIMEOUT_S, check=False)
     if result.returncode != 0:
         raise NodeSetupError(f"images/build.sh failed (exit {result.returncode}):\n{result.stderr[-4000:]}")
