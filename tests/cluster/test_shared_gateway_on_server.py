@@ -11,6 +11,7 @@ on the real API server, with the operator running (docs/routing.md, "A shared Ga
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -110,7 +111,11 @@ def test_two_tenants_share_a_gateway_and_a_shadowing_route_is_refused_naming_the
     # Tenant A's route is untouched.
     assert _models(_route(api, namespace, "qwen") or {"spec": {"rules": []}}) == _models(route_a)
 
-    # Another served name: the route is made, and the condition leaves RouteShadowed.
+    # Another served name: the route is made, and the condition leaves RouteShadowed. First a new
+    # second: creationTimestamp has whole seconds, and between routes made in the same second the
+    # Gateway API's tie-break is namespace/name (routeshadow._age), so the random namespaces would
+    # decide which of the two later shadows the other.
+    time.sleep(1.1)
     custom.patch_namespaced_custom_object("llm.ascend.dev", "v1alpha1", second_namespace, "ascendllmdeployments",
                                           "thief", {"spec": {"model": {"servedName": "thief-own"}}},
                                           _content_type="application/merge-patch+json")
