@@ -152,19 +152,25 @@ def test_only_running_pods_not_being_deleted_are_read() -> None:
     assert state_targets([running, pending, going]) == (StateTarget("a", "10.0.0.1", "1"),)
 
 
-def test_an_unreadable_pod_is_asked_again_later_doubling_and_at_once_when_it_changes() -> None:
-    now = [100.0]
-    memo = Unreadable(5.0, max_s=30.0, clock=lambda: now[0])
-    pod = StateTarget("a", "10.0.0.1", "1")
-    assert memo.due(NS, pod)
+def retry_waits(memo: Unreadable, pod: StateTarget, now: list[float], failures: int) -> list[float]:
+    """The seconds from each of ``failures`` failed reads of ``pod`` until it is due again
+    (``now`` is the memo's clock, advanced a second at a time)."""
     waits = []
-    for _ in range(5):
+    for _ in range(failures):
         memo.failed(NS, pod)
         start = now[0]
         while not memo.due(NS, pod):
             now[0] += 1.0
         waits.append(now[0] - start)
-    assert waits == [5.0, 10.0, 20.0, 30.0, 30.0]
+    return waits
+
+
+def test_an_unreadable_pod_is_asked_again_later_doubling_and_at_once_when_it_changes() -> None:
+    now = [100.0]
+    memo = Unreadable(5.0, max_s=30.0, clock=lambda: now[0])
+    pod = StateTarget("a", "10.0.0.1", "1")
+    assert memo.due(NS, pod)
+    assert retry_waits(memo, pod, now, 5) == [5.0, 10.0, 20.0, 30.0, 30.0]
     memo.failed(NS, pod)
     assert not memo.due(NS, pod)
     assert memo.due(NS, StateTarget("a", "10.0.0.1", "2"))  # the pod changed: ask at once
@@ -181,14 +187,7 @@ def test_a_ready_pod_the_operator_cannot_read_is_asked_once_more_then_at_the_lon
     now = [0.0]
     memo = Unreadable(5.0, max_s=300.0, clock=lambda: now[0])
     ready = StateTarget("a", "10.0.0.1", "1", ready=True)
-    waits = []
-    for _ in range(3):
-        memo.failed(NS, ready)
-        start = now[0]
-        while not memo.due(NS, ready):
-            now[0] += 1.0
-        waits.append(now[0] - start)
-    assert waits == [5.0, 300.0, 300.0]
+    assert retry_waits(memo, ready, now, 3) == [5.0, 300.0, 300.0]
     memo.failed(NS, ready)
     assert memo.due(NS, StateTarget("a", "10.0.0.1", "2", ready=True))  # the pod changed: at once
     starting = StateTarget("b", "10.0.0.2", "1", ready=False)
