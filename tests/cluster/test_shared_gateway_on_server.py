@@ -10,6 +10,7 @@ on the real API server, with the operator running (docs/routing.md, "A shared Ga
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -68,6 +69,18 @@ def _route(api: Any, namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
+def _wait_route(api: Any, namespace: str, name: str, what: str) -> dict[str, Any]:
+    """The route, once made; on a timeout the resource's status and every HTTPRoute on the server
+    go to stderr first (what the operator saw: a Routing condition, a route shadowing it)."""
+    try:
+        return wait_for(what, lambda: _route(api, namespace, name), timeout_s=RESYNC_WAIT_S)
+    except pytest.fail.Exception:
+        routes = _clients(api)[0].list_cluster_custom_object(*ROUTE[:2], ROUTE[2])["items"]
+        sys.stderr.write(f"{what}: status of {namespace}/{name}: {json.dumps(_status(api, namespace, name))}\n"
+                         f"HTTPRoutes: {json.dumps([{'metadata': r['metadata'], 'spec': r['spec']} for r in routes])}\n")
+        raise
+
+
 def _models(route: dict[str, Any]) -> set[tuple[str, str]]:
     return {(header["name"], header["value"]) for rule in route["spec"]["rules"] for match in rule["matches"]
             for header in match.get("headers") or []}
@@ -78,9 +91,9 @@ def test_two_tenants_share_a_gateway_and_a_shadowing_route_is_refused_naming_the
     install_routing_crds(api)
     custom, core, _, _ = _clients(api)
     _create(api, namespace, _resource("qwen"))
-    route_a = wait_for("tenant A's route", lambda: _route(api, namespace, "qwen"), timeout_s=RESYNC_WAIT_S)
+    route_a = _wait_route(api, namespace, "qwen", "tenant A's route")
     _create(api, second_namespace, _resource("chat", served="team-b-chat"))
-    route_b = wait_for("tenant B's route", lambda: _route(api, second_namespace, "chat"), timeout_s=RESYNC_WAIT_S)
+    route_b = _wait_route(api, second_namespace, "chat", "tenant B's route")
 
     # One administrator Gateway, two routes whose matches are disjoint model names.
     parent = [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "shared", "namespace": "gateways"}]
@@ -119,7 +132,7 @@ def test_two_tenants_share_a_gateway_and_a_shadowing_route_is_refused_naming_the
     custom.patch_namespaced_custom_object("llm.ascend.dev", "v1alpha1", second_namespace, "ascendllmdeployments",
                                           "thief", {"spec": {"model": {"servedName": "thief-own"}}},
                                           _content_type="application/merge-patch+json")
-    route_c = wait_for("the renamed route", lambda: _route(api, second_namespace, "thief"), timeout_s=RESYNC_WAIT_S)
+    route_c = _wait_route(api, second_namespace, "thief", "the renamed route")
     assert _models(route_c) == {("X-Gateway-Model-Name", "thief-own")}
     wait_for("Routing not RouteShadowed", lambda: (_condition(_status(api, second_namespace, "thief"), "Routing")
                                                    or {}).get("reason") not in (None, "RouteShadowed"),
