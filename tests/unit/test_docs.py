@@ -169,3 +169,7 @@ def test_the_readmes_disaggregation_paragraph_leads_to_the_drawn_path_the_npu_li
     body = section(bench, heading)
     assert "CPU" in heading and "`bench/pd_latency.py`" in heading and "TTFT" in body and "ITL" in body
     assert "NIXL" in paragraph and "ExampleConnector" in paragraph  # the connectors tests/engine/test_pd_cpu.py runs
+    # The README draws the path too: both legs, and what each engine does with the KV.
+    (own,) = re.findall(r"^```\n(.*?)^```", paragraph + "\n", re.S | re.M)
+    assert all(word in own for word in ("prefill leg", "decode leg", "kv_producer", "kv_consumer", "pulls the KV"))
+    assert "`spec.kvOffload`" in paragraph and "refused at admission" in paragraph
