@@ -318,7 +318,8 @@ class _Checker:
                     "rankTablePath",
                     "LLMDataDistCMgrConnector reads a rank table (DISAGGREGATED_PREFILL_RANK_TABLE_PATH) of every "
                     "prefill and decode NPU's device IP",
-                    "mount the table made by vllm-ascend's gen_ranktable.sh and give its path, or use "
+                    "put the table made by vllm-ascend's gen_ranktable.sh in a ConfigMap and name it in "
+                    "rankTableConfigMap (or give rankTablePath, a file in the image), or use "
                     "MooncakeConnectorV1 (vllm-ascend >= 0.10.1rc1), which needs none",
                 )
         else:

@@ -42,6 +42,9 @@ REFUSED: list[tuple[str, dict[str, Any], str, tuple[str, ...]]] = [
      "spec.disaggregation.kvPort", ("36000 on A3",)),
     ("NIXL on Ascend", {"model": HF, "disaggregation": {"connector": "NixlConnector", "prefill": {}, "decode": {}}},
      "spec.disaggregation.connector", ("Ascend takes MooncakeConnectorV1",)),
+    ("LLMDataDist without a rank table", {"model": HF, "disaggregation": {
+        "connector": "LLMDataDistCMgrConnector", "prefill": P2, "decode": P2}},
+     "spec.disaggregation.rankTablePath", ("rankTableConfigMap",)),
     ("CPU with offload", {"model": HF, "platform": "CPU", "kvOffload": {"sizeGiB": 1}},
      "spec.kvOffload", ("CUDA-alike and XPU GPUs", "remove spec.kvOffload")),
     ("the flag by hand", {"model": HF, "disaggregation": {"prefill": {}, "decode": {"engine": {
@@ -54,6 +57,9 @@ ADMITTED: list[tuple[str, dict[str, Any]]] = [
     ("LLMDataDist with decode TP above prefill", {"model": HF, "disaggregation": {
         "connector": "LLMDataDistCMgrConnector", "rankTablePath": "/etc/rt/ranktable.json",
         "prefill": P2, "decode": P4}}),
+    ("LLMDataDist with its rank table in a ConfigMap", {"model": HF, "disaggregation": {
+        "connector": "LLMDataDistCMgrConnector", "rankTableConfigMap": {"name": "pd-ranktable"},
+        "prefill": P2, "decode": P2}}),
     ("CPU with NIXL", {"model": HF, "platform": "CPU", "disaggregation": {"prefill": {}, "decode": {"replicas": 2}}}),
     ("offload on NPUs", {"model": HF, "kvOffload": {"sizeGiB": 32}}),
 ]

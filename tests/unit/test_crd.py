@@ -594,6 +594,11 @@ RULE_CASES = {
         "prefill": {}, "decode": {}}},
     "pd llmdatadist without table": {"model": HF, "disaggregation": {
         "connector": "LLMDataDistCMgrConnector", "prefill": {}, "decode": {}}},
+    "pd llmdatadist table in a configmap": {"model": HF, "disaggregation": {
+        "connector": "LLMDataDistCMgrConnector", "rankTableConfigMap": {"name": "ranktable"},
+        "prefill": {}, "decode": {}}},
+    "pd cpu with a rank table configmap": {"model": HF, "platform": "CPU", "disaggregation": {
+        "rankTableConfigMap": {"name": "ranktable"}, "prefill": {}, "decode": {}}},
     "pd decode pipeline": {"model": HF, "disaggregation": {
         "prefill": {"npu": {"perReplica": 2}, "parallelism": {"tensor": 2}},
         "decode": {"npu": {"perReplica": 2}, "parallelism": {"pipeline": 2}}}},

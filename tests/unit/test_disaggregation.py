@@ -486,3 +486,44 @@ def test_nixl_on_cpu_is_refused_at_start_in_an_image_without_the_bindings() -> N
         **pair, "connector": "ExampleConnector", "shared_storage_path": "/kv"}})
     assert check_kv_transfer_config(example, cpu, {"POD_NAME": "p"}, importable=missing) is None
     assert asked == ["nixl"]
+
+
+@pytest.mark.parametrize("path, mount", [
+    (None, {"name": "rank-table", "mountPath": "/etc/ascend-llm/ranktable", "readOnly": True}),
+    ("/opt/pd/rt.json", {"name": "rank-table", "mountPath": "/opt/pd/rt.json", "subPath": "rt.json", "readOnly": True}),
+])
+def test_llmdatadist_reads_its_rank_table_from_a_configmap_both_roles_mount(path: str | None,
+                                                                           mount: dict[str, Any]) -> None:
+    """rankTableConfigMap: the table's key mounted read-only in both roles' engine containers, and the
+    runtime (vllm-ascend 0.11.0) pointing DISAGGREGATED_PREFILL_RANK_TABLE_PATH at it."""
+    table = {"name": "pd-ranktable", "key": "table.json"}
+    spec = parse_spec({"model": HF, "image": "r:1-vllm-ascend-v0.11.0", "disaggregation": {
+        "connector": "LLMDataDistCMgrConnector", "rankTableConfigMap": table, "prefill": {}, "decode": {},
+        **({"rankTablePath": path} if path else {})}})
+    assert kv_problems(spec, DEFAULTS) == []
+    children = build_children(BuildMeta("qwen", "llm"), spec, DEFAULTS)
+    file = path or "/etc/ascend-llm/ranktable/table.json"
+    for role, workload in (("prefill", by_name(children, "Deployment", "qwen-prefill")),
+                           ("decode", children.deployment)):
+        pod = workload["spec"]["template"]["spec"]
+        kubernetes_validate.validate(workload, "1.30", strict=True)
+        assert {"name": "rank-table", "configMap": {"name": "pd-ranktable", "items": [
+            {"key": "table.json", "path": file.rsplit("/", 1)[1]}]}} in pod["volumes"]
+        assert mount in pod["containers"][0]["volumeMounts"]
+        config = EngineConfig.model_validate(engine_config_of(by_name(children, "ConfigMap", f"qwen-{role}-config")))
+        command = render_engine_command(config, Versions(platform="ascend", vllm="0.11.0", vllm_ascend="0.11.0"),
+                                        GraphMode.EAGER, base_env={"POD_NAME": f"qwen-{role}-0"})
+        assert command.env["DISAGGREGATED_PREFILL_RANK_TABLE_PATH"] == file
+        assert json.loads(command.argv[command.argv.index("--kv-transfer-config") + 1])["kv_connector"] == (
+            "LLMDataDistCMgrConnector")
+
+
+def test_a_rank_table_is_needed_for_llmdatadist_and_refused_on_cpu() -> None:
+    with pytest.raises(SpecError) as missing:
+        parse_spec({"model": HF, "disaggregation": {"connector": "LLMDataDistCMgrConnector", "prefill": {}, "decode": {}}})
+    assert missing.value.problems[0][0] == "spec.disaggregation.rankTablePath"
+    assert "rankTableConfigMap" in missing.value.problems[0][1]
+    with pytest.raises(SpecError) as cpu:
+        parse_spec({"model": HF, "platform": "CPU", "disaggregation": {
+            "rankTableConfigMap": {"name": "t"}, "prefill": {}, "decode": {}}})
+    assert cpu.value.problems[0][0] == "spec.disaggregation" and "rankTableConfigMap" in cpu.value.problems[0][1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated
 
-from ascend_operator.api.base import SpecModel
+from ascend_operator.api.base import DnsSubdomain, SpecModel
 from ascend_operator.api.features import AutoscalingSpec
 from ascend_operator.api.model import HOST_PATH_PATTERN
 from ascend_operator.api.replica import EngineSpec, ParallelismSpec, ResourcesSpec
@@ -73,6 +73,18 @@ class RoleSpec(SpecModel):
     )
 
 
+#: Where the rank table from ``rankTableConfigMap`` is mounted when ``rankTablePath`` is not set.
+RANK_TABLE_DIR = "/etc/ascend-llm/ranktable"
+ConfigMapKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+
+
+class RankTableConfigMap(SpecModel):
+    """The ConfigMap in the resource's namespace that holds LLMDataDistCMgrConnector's rank table."""
+
+    name: DnsSubdomain = Field(description="Name of the ConfigMap in the resource's namespace.")
+    key: ConfigMapKey = Field("ranktable.json", description="Key holding the rank table's JSON. Default: ranktable.json.")
+
+
 class DisaggregationSpec(SpecModel):
     """Prefill on some pods, decode on others, the KV cache moved between them by a connector."""
 
@@ -114,7 +126,15 @@ class DisaggregationSpec(SpecModel):
         None,
         description=(
             "LLMDataDistCMgrConnector only: the rank table in the pods (DISAGGREGATED_PREFILL_RANK_TABLE_PATH), "
-            "made by vllm-ascend's gen_ranktable.sh and mounted by you (engine volumes are not wired here)."
+            "made by vllm-ascend's gen_ranktable.sh. With rankTableConfigMap: where its key is mounted (default "
+            f"{RANK_TABLE_DIR}/<key>); without: a file the image itself holds."
+        ),
+    )
+    rank_table_config_map: RankTableConfigMap | None = Field(
+        None,
+        description=(
+            "LLMDataDistCMgrConnector only: a ConfigMap of this namespace whose key holds the rank table; both "
+            "roles' engine containers mount it read-only at rankTablePath."
         ),
     )
     shared_storage_path: AbsolutePath | None = Field(
@@ -125,6 +145,16 @@ class DisaggregationSpec(SpecModel):
             "(<prefix>/<namespace>/<rest>), so both roles must run on that node."
         ),
     )
+
+
+    @property
+    def rank_table_file(self) -> str | None:
+        """The rank table's path in the pods: rankTablePath, else where rankTableConfigMap is mounted."""
+        if self.rank_table_path is not None:
+            return self.rank_table_path
+        if self.rank_table_config_map is not None:
+            return f"{RANK_TABLE_DIR}/{self.rank_table_config_map.key}"
+        return None
 
 
 class KvOffloadSpec(SpecModel):

@@ -474,14 +474,15 @@ def _disaggregation_rules() -> tuple[SpecRule, ...]:
         ),
         SpecRule(
             cel=f"!{_HAS_D} || !has({_D}.connector) || {_D}.connector != '{Connector.LLMDATADIST.value}' "
-            f"|| has({_D}.rankTablePath)",
+            f"|| has({_D}.rankTablePath) || has({_D}.rankTableConfigMap)",
             message=(
                 "LLMDataDistCMgrConnector reads a rank table of every prefill and decode NPU's device IP; set "
-                "disaggregation.rankTablePath (made by vllm-ascend's gen_ranktable.sh), or use MooncakeConnectorV1"
+                "disaggregation.rankTableConfigMap (a ConfigMap holding the table made by vllm-ascend's "
+                "gen_ranktable.sh) or rankTablePath (a file in the image), or use MooncakeConnectorV1"
             ),
             field_path=".disaggregation.rankTablePath",
             holds=lambda s: s.disaggregation is None or s.disaggregation.connector != Connector.LLMDATADIST
-            or s.disaggregation.rank_table_path is not None,
+            or s.disaggregation.rank_table_file is not None,
         ),
         *(_normalised_disaggregation_path(field, attribute, example) for field, attribute, example in (
             ("sharedStoragePath", "shared_storage_path", "/data/llm-cache/kv"),
@@ -499,15 +500,16 @@ def _disaggregation_rules() -> tuple[SpecRule, ...]:
         ),
         SpecRule(
             cel=f"!{_HAS_D} || !{_IS_CPU} || (!has({_D}.kvPort) && !has({_D}.connectTimeoutMs) "
-            f"&& !has({_D}.transferTimeoutMs) && !has({_D}.rankTablePath) "
+            f"&& !has({_D}.transferTimeoutMs) && !has({_D}.rankTablePath) && !has({_D}.rankTableConfigMap) "
             f"&& (!has({_D}.transport) || {_D}.transport == '{Transport.DEFAULT.value}'))",
             message=(
-                "disaggregation.kvPort, transport, connectTimeoutMs, transferTimeoutMs and rankTablePath apply to "
-                "the Ascend transfer engine; remove them on platform CPU"
+                "disaggregation.kvPort, transport, connectTimeoutMs, transferTimeoutMs, rankTablePath and "
+                "rankTableConfigMap apply to the Ascend transfer engine; remove them on platform CPU"
             ),
             field_path=".disaggregation",
             holds=lambda s: s.disaggregation is None or s.platform != Platform.CPU or (
-                not ({"kv_port", "connect_timeout_ms", "transfer_timeout_ms", "rank_table_path"}
+                not ({"kv_port", "connect_timeout_ms", "transfer_timeout_ms", "rank_table_path",
+                      "rank_table_config_map"}
                      & {k for k in s.disaggregation.model_fields_set if getattr(s.disaggregation, k) is not None})
                 and s.disaggregation.transport == Transport.DEFAULT),
         ),

@@ -46,6 +46,7 @@ from ascend_operator.builders.engine_config import (
     startup_budget,
 )
 from ascend_operator.builders.disaggregation import (
+    RankTableMount,
     RoleWiring,
     workload_ref,
     routing_sidecar,
@@ -315,7 +316,7 @@ def _role_children(inputs: BuildInputs, role: PdRoleName) -> tuple[BuildInputs, 
                              if shared and cache_prefix(shared, inputs.settings) else None),
         sidecar=routing_sidecar(inputs.settings.routing_sidecar_image, Connector(connector),
                                 role_inputs.engine_config.engine.port) if routed and connector else None,
-        engine_port=role_inputs.engine_config.engine.port)
+        engine_port=role_inputs.engine_config.engine.port, rank_table=RankTableMount.of(spec))
     multinode = role_inputs.spec.nodes_per_replica > 1
     workload = build_leaderworkerset(role_inputs) if multinode else build_deployment(role_inputs)
     configmap = build_configmap(name, namespace, names.configmap, role_inputs.engine_config)

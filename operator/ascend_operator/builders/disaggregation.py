@@ -55,6 +55,39 @@ from ascend_operator.builders.imagetag import image_vllm_ascend
 #: The variable the runtime reads the connector's engine_id from (ascend_runtime.flags.POD_NAME_ENV).
 POD_NAME_ENV = "POD_NAME"
 SHARED_KV_VOLUME = "kv-shared"
+RANK_TABLE_VOLUME = "rank-table"
+
+
+@dataclass(frozen=True)
+class RankTableMount:
+    """``spec.disaggregation.rankTableConfigMap`` in the pods: the ConfigMap's ``key`` at ``path``;
+    ``whole_dir``: the volume fills ``path``'s directory (the default place, so the kubelet keeps
+    the file current), else a ``subPath`` mount of the one file at the user's ``rankTablePath``."""
+
+    config_map: str
+    key: str
+    path: str
+    whole_dir: bool
+
+    @classmethod
+    def of(cls, spec: AscendLLMDeploymentSpec) -> RankTableMount | None:
+        d = spec.disaggregation
+        if d is None or d.rank_table_config_map is None:
+            return None
+        path = d.rank_table_file
+        assert path is not None
+        return cls(d.rank_table_config_map.name, d.rank_table_config_map.key, path, d.rank_table_path is None)
+
+    def volume(self) -> dict[str, Any]:
+        file = self.path.rsplit("/", 1)[1]
+        return {"name": RANK_TABLE_VOLUME, "configMap": {"name": self.config_map,
+                                                         "items": [{"key": self.key, "path": file}]}}
+
+    def mount(self) -> dict[str, Any]:
+        directory, file = self.path.rsplit("/", 1)
+        if self.whole_dir:
+            return {"name": RANK_TABLE_VOLUME, "mountPath": directory, "readOnly": True}
+        return {"name": RANK_TABLE_VOLUME, "mountPath": self.path, "subPath": file, "readOnly": True}
 
 
 def role_of(spec: AscendLLMDeploymentSpec, role: PdRoleName) -> RoleSpec:
@@ -128,7 +161,7 @@ def kv_inputs(spec: AscendLLMDeploymentSpec, role: PdRoleName, image: str, *,
         transport=Transport(d.transport.value),
         connect_timeout_ms=d.connect_timeout_ms,
         transfer_timeout_ms=d.transfer_timeout_ms,
-        rank_table_path=d.rank_table_path,
+        rank_table_path=d.rank_table_file,
         shared_storage_path=d.shared_storage_path,
         offload_gib=spec.kv_offload.size_gi_b if with_offload and spec.kv_offload is not None else None,
     )
@@ -181,6 +214,7 @@ class RoleWiring:
     engine_port: int | None = None
     #: The node directory behind ``shared_storage_path`` (namespaced like a node cache).
     shared_storage_host: str | None = None
+    rank_table: RankTableMount | None = None
 
     def labels(self) -> dict[str, str]:
         return {LLMD_ROLE_LABEL: self.role.value, PD_ROLE_LABEL: self.role.value}
@@ -198,6 +232,9 @@ class RoleWiring:
             volumes.append({"name": SHARED_KV_VOLUME, "hostPath": {
                 "path": self.shared_storage_host or self.shared_storage_path, "type": "DirectoryOrCreate"}})
             mounts.append({"name": SHARED_KV_VOLUME, "mountPath": self.shared_storage_path})
+        if self.rank_table is not None:
+            volumes.append(self.rank_table.volume())
+            mounts.append(self.rank_table.mount())
         return volumes, mounts
 
 

@@ -383,7 +383,7 @@ def kv_transfer_config(spec: AscendLLMDeploymentSpec, role: PdRoleName | None) -
             transport=d.transport.value if d.transport.value != "default" else None,
             connect_timeout_ms=d.connect_timeout_ms,
             transfer_timeout_ms=d.transfer_timeout_ms,
-            rank_table_path=d.rank_table_path,
+            rank_table_path=d.rank_table_file,
             shared_storage_path=d.shared_storage_path,
         )
     return out
