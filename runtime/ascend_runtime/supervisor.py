@@ -43,7 +43,8 @@ from ascend_runtime.logclass import Event
 from ascend_runtime.promtext import MetricsTextError, sample_values, total
 from ascend_runtime.reaper import Reaper, become_subreaper
 from ascend_runtime.state import StateStore
-from ascend_runtime.tuning import describe_report, tune
+from ascend_runtime.modelconfig import fetch_config_dir, is_hub_id
+from ascend_runtime.tuning import describe_report, tune, tuning_off
 from ascend_runtime.versions import Versions
 from ascend_runtime.worker import WorkerRole
 
@@ -214,7 +215,7 @@ class Supervisor:
         code = await self._wait_model_cache()
         if code is not None:
             return code
-        self._apply_tuned_defaults()
+        self._apply_tuned_defaults(*await self._model_config_dir())
         if self.config.runtime.preflight and self.preflight is not None:
             code = await self._run_preflight()
             if code is not None:
@@ -293,11 +294,25 @@ class Supervisor:
                 return EXIT_STOPPED
         return None
 
-    def _apply_tuned_defaults(self) -> None:
-        """The tutorials' settings for this model class and version (ascend_runtime.tuning), once the
-        model's config.json is on disk; the report goes to /state."""
+    async def _model_config_dir(self) -> tuple[str | None, str | None]:
+        """Where the model's config.json is for the tuned defaults: ``(None, None)`` for the model's
+        own path; for a hub id the engine downloads itself, the folder of config.json fetched alone
+        (ascend_runtime.modelconfig), or ``(None, why not)``."""
 
-        tuned = tune(self.config, self.versions, self.env)
+        if tuning_off(self.config, self.versions) is not None or not is_hub_id(self.config.model.path):
+            return None, None
+        try:
+            return await asyncio.to_thread(fetch_config_dir, self.config.model, self.env), None
+        except ValueError as error:
+            return None, str(error)
+
+    def _apply_tuned_defaults(self, model_dir: str | None = None, unreadable: str | None = None) -> None:
+        """The tutorials' settings for this model class and version (ascend_runtime.tuning), from
+        the model's config.json (in ``model_dir`` when given); the report goes to /state."""
+
+        tuned = tune(self.config, self.versions, self.env, model_dir=model_dir)
+        if unreadable is not None and tuned.profile is None:
+            tuned.report.reason = f"{unreadable}; no tuned defaults"
         self.config = tuned.config
         self.store.state.tuned_defaults = tuned.report
         for line in describe_report(tuned.report):

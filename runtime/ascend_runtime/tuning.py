@@ -462,6 +462,20 @@ def _unknown_to_version(rule: Rule, version: Version, label: str, vllm: Version 
     return None
 
 
+def tuning_off(config: EngineConfig, versions: Versions) -> str | None:
+    """Why no tuned default can apply whatever the model is (switched off, not Ascend, an unknown
+    version, 310P), else None: then :func:`tune` needs the model's config.json."""
+    if config.engine.tuned_defaults is False:  # None (not rendered) means on
+        return "engine.tunedDefaults is false"
+    if versions.platform != "ascend":
+        return f"platform {versions.platform}: the tuned defaults are vllm-ascend's (none applies here)"
+    if parse_version(versions.vllm_ascend) is None:
+        return f"vllm-ascend version {versions.vllm_ascend!r} unknown"
+    if _chip(config, versions) is Chip.P310:
+        return "310P: its tutorials are separate; no tuned defaults"
+    return None
+
+
 def tune(
     config: EngineConfig,
     versions: Versions,
@@ -471,22 +485,14 @@ def tune(
 ) -> TuneResult:
     """``config`` with the tuned defaults for its model folded in, and what was applied and why."""
     base_env = base_env or {}
-    enabled = config.engine.tuned_defaults is not False  # None (not rendered) means on
-    report = TunedDefaultsReport(enabled=enabled)
-    if not enabled:
-        report.reason = "engine.tunedDefaults is false"
-        return TuneResult(config, report)
-    if versions.platform != "ascend":
-        report.reason = f"platform {versions.platform}: the tuned defaults are vllm-ascend's (none applies here)"
+    report = TunedDefaultsReport(enabled=config.engine.tuned_defaults is not False)
+    off = tuning_off(config, versions)
+    if off is not None:
+        report.reason = off
         return TuneResult(config, report)
     version = parse_version(versions.vllm_ascend)
+    assert version is not None
     chip = _chip(config, versions)
-    if version is None:
-        report.reason = f"vllm-ascend version {versions.vllm_ascend!r} unknown"
-        return TuneResult(config, report)
-    if chip is Chip.P310:
-        report.reason = "310P: its tutorials are separate; no tuned defaults"
-        return TuneResult(config, report)
     try:
         profile = classify_model(model_dir if model_dir is not None else config.model.path)
     except ValueError as error:
