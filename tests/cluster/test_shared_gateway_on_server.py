@@ -5,7 +5,8 @@ on the real API server, with the operator running (docs/routing.md, "A shared Ga
   each matches only its own model names in X-Gateway-Model-Name.
 - A third resource serving the first one's model name on that Gateway gets no HTTPRoute; its
   Routing condition is RouteShadowed, naming the first resource, with a Warning Event. Serving
-  another name makes its route; taking the first one's name again deletes it.
+  another name makes its route; taking the first one's name again deletes it; the first one's
+  deletion makes it again within seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 from ascend_operator.routeshadow import shadowing_routes
-from cluster_harness import WAIT_S, OperatorUnderTest, watched_namespace
+from cluster_harness import RESYNC_S, WAIT_S, OperatorUnderTest, watched_namespace
 from install_harness import wait_for
 from test_routing_on_server import RESYNC_WAIT_S, ROUTE, _clients, _condition, _create, _status, install_routing_crds
 
@@ -145,6 +146,16 @@ def test_two_tenants_share_a_gateway_and_a_shadowing_route_is_refused_naming_the
     wait_for("the shadowed route deleted", lambda: _route(api, second_namespace, "thief") is None,
              timeout_s=RESYNC_WAIT_S)
     assert wait_for("Routing RouteShadowed again", shadowed, timeout_s=RESYNC_WAIT_S)["status"] == "False"
+
+    # Tenant A goes: its route is deleted (garbage collection), and the route it held back is made
+    # at once, not at the next resync (RESYNC_S, 120 s here): a route's deletion asks again the
+    # resources it shadowed (handle_events.child_event).
+    custom.delete_namespaced_custom_object("llm.ascend.dev", "v1alpha1", namespace, "ascendllmdeployments", "qwen")
+    wait_for("tenant A's route deleted", lambda: _route(api, namespace, "qwen") is None, timeout_s=WAIT_S)
+    gone = time.monotonic()
+    route_d = _wait_route(api, second_namespace, "thief", "the route no longer shadowed")
+    assert time.monotonic() - gone < RESYNC_S / 2
+    assert _models(route_d) == {("X-Gateway-Model-Name", "Qwen/Qwen2.5-0.5B-Instruct")}
 
 
 def test_the_route_of_the_most_adapters_is_accepted_by_the_server(api: Any, namespace: str) -> None:

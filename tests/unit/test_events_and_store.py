@@ -106,3 +106,31 @@ def test_a_status_only_change_of_a_child_whose_status_is_unread_asks_for_nothing
     child_event(ctx, "MODIFIED", child("Deployment", "12", 1, 0))  # older than the one held
     child_event(ctx, "DELETED", child("PodDisruptionBudget", "15", 2, 1))
     assert len(queue.requests) == 5 and ctx.watch_cache.get("PodDisruptionBudget", "llm", "qwen", "qwen") is None
+
+
+def test_a_route_that_changes_or_goes_asks_again_the_resources_it_may_have_shadowed() -> None:
+    """RouteShadowed resources (ctx.shadowed) are asked again when any HTTPRoute changes or is
+    deleted, at once rather than at the next resync; the listing and other kinds ask nothing more."""
+    ctx, queue = context()
+    ctx.store.put(body("1"))
+    ctx.store.put({**body("2", name="thief"), "metadata": {**body("2", name="thief")["metadata"], "namespace": "b"}})
+    ctx.shadowed.add("b/thief")
+
+    def route(version: str) -> dict[str, Any]:
+        return {"kind": "HTTPRoute", "metadata": {"name": "qwen", "namespace": "llm", "resourceVersion": version,
+                                                  "labels": {"llm.ascend.dev/deployment": "qwen"}}, "spec": {}}
+
+    child_event(ctx, None, route("3"))  # listed: only its own resource
+    assert queue.requests == [("llm/qwen", CHILD_DEBOUNCE_S)]
+    queue.requests.clear()
+    child_event(ctx, "DELETED", route("4"))
+    assert queue.requests == [("llm/qwen", CHILD_DEBOUNCE_S), ("b/thief", CHILD_DEBOUNCE_S)]
+    queue.requests.clear()
+    child_event(ctx, "MODIFIED", {**child("Deployment", "5", 1, 0)})
+    assert queue.requests == [("llm/qwen", CHILD_DEBOUNCE_S)]
+    queue.requests.clear()
+    resource_event(ctx, "DELETED", {**body("6", name="thief"), "metadata": {**body("6", name="thief")["metadata"],
+                                                                          "namespace": "b"}})
+    assert ctx.shadowed == set()
+    child_event(ctx, "MODIFIED", route("7"))
+    assert queue.requests == [("llm/qwen", CHILD_DEBOUNCE_S)]

@@ -47,6 +47,9 @@ class OperatorContext:
     passes: PassMemo = field(default_factory=PassMemo)
     specs: SpecMemo = field(default_factory=SpecMemo)
     last_passes: LastPasses = field(default_factory=LastPasses)
+    #: Resources whose last pass held their HTTPRoute back (RouteShadowed): a route's change or
+    #: deletion asks them again at once (handle_events.child_event), not at the next resync.
+    shadowed: set[str] = field(default_factory=set)
     #: Set by the startup handler once the event loop runs (its worker needs this context).
     queue: WorkQueue | None = None
     #: The list-then-watch streams of the children and pods (set by the startup handler).

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ascend_operator.builders.common import RESOURCE_LABEL
+from ascend_operator.k8s import HTTP_ROUTE
 from ascend_operator.handlers import OperatorContext
 from ascend_operator.store import key_of
 from ascend_operator.watchcache import beyond_status
@@ -29,6 +30,7 @@ CHILD_DEBOUNCE_S = 0.5
 #: Children whose status the reconcile never reads: an event that changes only their status
 #: (same generation, labels, annotations and owners) triggers no reconcile. A PodDisruptionBudget's
 #: status moves with every pod; a ScaledObject's with KEDA's every poll.
+HTTP_ROUTE_KIND = HTTP_ROUTE.kind
 STATUS_UNREAD = frozenset({"PodDisruptionBudget", "ScaledObject"})
 
 
@@ -44,6 +46,7 @@ def resource_event(ctx: OperatorContext, event_type: str | None, body: Mapping[s
         ctx.specs.forget(key)
         ctx.last_passes.forget(key)
         ctx.work.forget(key)
+        ctx.shadowed.discard(key)
         return
     previous = ctx.store.version(key)
     if not ctx.store.put(body):
@@ -90,3 +93,8 @@ def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str,
     key = ctx.store.key_for_label(namespace, value)
     if key is not None:
         ctx.work.request(key, CHILD_DEBOUNCE_S)
+    if kind == HTTP_ROUTE_KIND and event_type is not None:
+        # A route that changed its matches or went away may have been what held another
+        # resource's route back (routeshadow.py): those resources are asked again now.
+        for shadowed in tuple(ctx.shadowed - {key}):
+            ctx.work.request(shadowed, CHILD_DEBOUNCE_S)

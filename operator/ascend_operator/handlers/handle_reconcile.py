@@ -290,6 +290,10 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
     # passes observe Jobs and claims, so they are always full.
     # A younger route with the same model names on the same Gateway is not made (routeshadow.py).
     shadows = _route_shadows(ctx, name, namespace, label, spec, missing_routing)
+    if shadows:
+        ctx.shadowed.add(key)
+    else:
+        ctx.shadowed.discard(key)
     digest = (inputs_digest(body, remembered, (choice.kind, missing_lws, missing_routing,
                                                [shadow.route for shadow in shadows]), ctx.settings)
               if cache_plan is None and not plans.adapter_fetches else None)
