@@ -844,7 +844,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "name": "qwen72b",
             "namespace": "llm",
             "labels": labels("qwen72b"),
-            "annotations": {"llm.ascend.dev/spec-hash": "c03e0498dc2c1f77"},
+            "annotations": {"llm.ascend.dev/spec-hash": "e6ebc0978d71d3fc"},
         },
         "spec": {
             "replicas": 1,
@@ -857,7 +857,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "template": {
                 "metadata": {
                     "labels": labels("qwen72b"),
-                    "annotations": {"llm.ascend.dev/config-hash": "39b493eb40edc975"},
+                    "annotations": {"llm.ascend.dev/config-hash": "6c9108a2e622ae2d"},
                 },
                 "spec": engine_pod_spec(
                     container=engine_container(
@@ -940,7 +940,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "name": "qwen72b-config",
             "namespace": "llm",
             "labels": labels("qwen72b", "engine-config"),
-            "annotations": {"llm.ascend.dev/spec-hash": "992cd7af7ba87370"},
+            "annotations": {"llm.ascend.dev/spec-hash": "815431c388a82ae0"},
         },
         "data": {"engine-config.yaml": "<engine config below>"},
     },
@@ -958,7 +958,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "parallel": {"tensor": 8},
             "weightsStorage": "network",  # weights on a PersistentVolumeClaim
         },
-        graph={"policy": "full_and_piecewise"},
+        graph={"policy": "auto"},
         warmup={"promptLengths": [128, 2048, 16384], "concurrency": [1, 16, 64], "timeoutS": 1200},
     ),
 }
