@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import random
 import re
+import socket
 
 import pytest
 from engine_harness import engine_config, http, launch, stop
-from runtime_harness import free_port
 
 import yaml
 from ascend_operator.api import parse_spec
@@ -57,6 +58,23 @@ def is_ready(state: dict) -> bool:
     return state["phase"] == "Ready" and state["ready"]
 
 
+def side_channel_port() -> int:
+    """A free port below the kernel's ephemeral range. The engine binds its NIXL side channel about
+    a minute after the port is chosen; a port from the ephemeral range may meanwhile become the
+    local end of any outgoing connection (seen in CI beside the real-node tier: "Address already in
+    use", and the engine never got healthy)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="utf-8") as f:
+        ephemeral_from = int(f.read().split()[0])
+    for port in random.sample(range(20000, min(ephemeral_from, 30000)), 200):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
+
+
 def pod_wiring(role: PdRole, disaggregation: dict) -> tuple[dict, dict[str, str]]:
     """What the operator gives ``role``'s pod of a CPU resource: its ConfigMap's ``kvTransfer``
     section, and its container's environment with the fieldRefs resolved as the kubelet would
@@ -83,7 +101,7 @@ def start_pair(workdir, model, connector: Connector, **disaggregation):
     try:
         for role in (PdRole.PREFILL, PdRole.DECODE):
             section, env = pod_wiring(role, {"connector": connector.value, **disaggregation})
-            section["sideChannelPort"] = free_port()  # two pods on one host: one IP, two ports
+            section["sideChannelPort"] = side_channel_port()  # two pods on one host: one IP, two ports
             env["VLLM_CPU_OMP_THREADS_BIND"] = CORES[role]
             if NIXL_PATH:
                 env["PYTHONPATH"] = os.pathsep.join(filter(None, [NIXL_PATH, os.environ.get("PYTHONPATH")]))
