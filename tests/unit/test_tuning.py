@@ -119,6 +119,43 @@ def test_large_moe_per_version(tmp_path, version, buffsize, alloc):
     assert result.report.summary.startswith("MoE, 128 experts, ~117B parameters")
 
 
+SMALL_MOE_0_23 = {"--async-scheduling", "HCCL_BUFFSIZE=1024", "OMP_NUM_THREADS=1", "OMP_PROC_BIND=false",
+                  "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True", "additional_config.enable_flashcomm1=true",
+                  "cudagraph_mode=FULL_DECODE_ONLY"}
+
+
+@pytest.mark.parametrize("version, small_moe, dense_one", [
+    ("0.9.1", {"PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256"}, {"PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256"}),
+    ("0.11.0", {"PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256"}, {"PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256"}),
+    ("0.13.0", {"PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256"}, set()),
+    ("0.18.0", {"PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256"}, set()),
+    ("0.23.0", SMALL_MOE_0_23, set()),
+])
+def test_small_moe_and_single_npu_dense_per_version(tmp_path, version, small_moe, dense_one):
+    """Qwen3-30B-A3B at TP 4 and Qwen2.5-7B on one NPU: the single-NPU tutorial's allocator setting
+    exists up to 0.11 only; from 0.13 no tutorial tunes a single-NPU dense model."""
+    moe = tune(_config(_model(tmp_path, QWEN3_30B_A3B), tp=4), _ascend(version))
+    dense = tune(_config(_model(tmp_path, QWEN25_7B), tp=1), _ascend(version))
+    assert (moe.report.scenario, dense.report.scenario) == (Scenario.MOE_SMALL.value, Scenario.DENSE_SINGLE.value)
+    assert _applied(moe) == small_moe and _applied(dense) == dense_one
+
+
+@pytest.mark.parametrize("version, source", [
+    ("0.9.1", "docs/source/tutorials/multi_npu_quantization.md@v0.9.1"),
+    ("0.11.0", "docs/source/tutorials/multi_npu_quantization.md@v0.9.1"),  # no newer tag cited before 0.13
+    ("0.13.0", "docs/source/tutorials/Qwen3-8B-W4A8.md@v0.13.0"),
+    ("0.18.0", "docs/source/tutorials/models/Qwen3-8B-W4A8.md@v0.18.0"),
+    ("0.23.0", "docs/source/tutorials/models/Qwen3-Dense.md@v0.23.0"),
+])
+def test_msmodelslim_weights_get_the_ascend_quantization_at_every_version(tmp_path, version, source):
+    result = tune(_config(_model(tmp_path, QWEN25_7B, "quant_model_description.json")), _ascend(version))
+    assert result.config.engine.quantization == "ascend"
+    (entry,) = [item for item in result.report.applied if item.setting == "--quantization ascend"]
+    assert entry.source == source
+    plain = tune(_config(_model(tmp_path, QWEN3_32B)), _ascend(version))
+    assert plain.config.engine.quantization is None  # without msModelSlim's description: none
+
+
 def test_small_moe_changes_at_0_23(tmp_path):
     path = _model(tmp_path, QWEN3_30B_A3B)
     old = tune(_config(path, tp=4), _ascend("0.18.0"))
