@@ -40,10 +40,10 @@ from ascend_runtime.engine import EngineExit, EngineProcess
 from ascend_runtime.launch import LaunchKind, LaunchResult, RestartBudget
 from ascend_runtime.leader import LeaderRole
 from ascend_runtime.logclass import Event
+from ascend_runtime.modelconfig import fetch_config_dir, is_hub_id
 from ascend_runtime.promtext import MetricsTextError, sample_values, total
 from ascend_runtime.reaper import Reaper, become_subreaper
 from ascend_runtime.state import StateStore
-from ascend_runtime.modelconfig import fetch_config_dir, is_hub_id
 from ascend_runtime.tuning import describe_report, tune, tuning_off
 from ascend_runtime.versions import Versions
 from ascend_runtime.worker import WorkerRole

@@ -527,3 +527,8 @@ def test_a_rank_table_is_needed_for_llmdatadist_and_refused_on_cpu() -> None:
         parse_spec({"model": HF, "platform": "CPU", "disaggregation": {
             "rankTableConfigMap": {"name": "t"}, "prefill": {}, "decode": {}}})
     assert cpu.value.problems[0][0] == "spec.disaggregation" and "rankTableConfigMap" in cpu.value.problems[0][1]
+    with pytest.raises(SpecError) as bad:
+        parse_spec({"model": HF, "disaggregation": {"connector": "LLMDataDistCMgrConnector", "rankTableConfigMap": {
+            "name": "Rank_Table", "key": "a/b.json"}, "prefill": {}, "decode": {}}})
+    assert [field for field, _ in bad.value.problems] == [
+        "spec.disaggregation.rankTableConfigMap.name", "spec.disaggregation.rankTableConfigMap.key"]

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from ascend_operator.api.base import DnsSubdomain, SpecModel
 from ascend_operator.api.features import AutoscalingSpec
-from ascend_operator.api.model import HOST_PATH_PATTERN
+from ascend_operator.api.model import HOST_PATH_PATTERN, DataKey
 from ascend_operator.api.replica import EngineSpec, ParallelismSpec, ResourcesSpec
 from ascend_runtime.kvtransfer import Connector, Transport
 from pydantic import Field, StringConstraints
@@ -75,14 +75,13 @@ class RoleSpec(SpecModel):
 
 #: Where the rank table from ``rankTableConfigMap`` is mounted when ``rankTablePath`` is not set.
 RANK_TABLE_DIR = "/etc/ascend-llm/ranktable"
-ConfigMapKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
 
 
 class RankTableConfigMap(SpecModel):
     """The ConfigMap in the resource's namespace that holds LLMDataDistCMgrConnector's rank table."""
 
     name: DnsSubdomain = Field(description="Name of the ConfigMap in the resource's namespace.")
-    key: ConfigMapKey = Field("ranktable.json", description="Key holding the rank table's JSON. Default: ranktable.json.")
+    key: DataKey = Field("ranktable.json", description="Key holding the rank table's JSON. Default: ranktable.json.")
 
 
 class DisaggregationSpec(SpecModel):
@@ -145,7 +144,6 @@ class DisaggregationSpec(SpecModel):
             "(<prefix>/<namespace>/<rest>), so both roles must run on that node."
         ),
     )
-
 
     @property
     def rank_table_file(self) -> str | None:

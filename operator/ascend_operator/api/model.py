@@ -16,24 +16,22 @@ from pydantic import Field, StringConstraints
 #: An absolute path of non-empty segments: no ``//``, no trailing ``/`` (``.`` / ``..`` segments:
 #: a CEL rule, RE2 has no look-ahead). No control characters either.
 HOST_PATH_PATTERN = r"^(/[^/\x00-\x1f]+)+$"
+#: A key of a Secret's or a ConfigMap's data, as the API server validates it.
+DataKey = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
 
 
 class SecretKeyRef(SpecModel):
     """A key of a Secret in the resource's namespace."""
 
     name: DnsSubdomain = Field(description="Name of the Secret in the resource's namespace.")
-    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = (
-        Field(description="Key in the Secret whose value is the token.")
-    )
+    key: DataKey = Field(description="Key in the Secret whose value is the token.")
 
 
 class ConfigMapKeyRef(SpecModel):
     """A key of a ConfigMap in the resource's namespace."""
 
     name: DnsSubdomain = Field(description="Name of the ConfigMap in the resource's namespace.")
-    key: Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = (
-        Field(description="Key in the ConfigMap whose value the variable gets.")
-    )
+    key: DataKey = Field(description="Key in the ConfigMap whose value the variable gets.")
 
 
 class EnvValueSource(SpecModel):

@@ -30,7 +30,6 @@ CHILD_DEBOUNCE_S = 0.5
 #: Children whose status the reconcile never reads: an event that changes only their status
 #: (same generation, labels, annotations and owners) triggers no reconcile. A PodDisruptionBudget's
 #: status moves with every pod; a ScaledObject's with KEDA's every poll.
-HTTP_ROUTE_KIND = HTTP_ROUTE.kind
 STATUS_UNREAD = frozenset({"PodDisruptionBudget", "ScaledObject"})
 
 
@@ -93,7 +92,7 @@ def child_event(ctx: OperatorContext, event_type: str | None, body: Mapping[str,
     key = ctx.store.key_for_label(namespace, value)
     if key is not None:
         ctx.work.request(key, CHILD_DEBOUNCE_S)
-    if kind == HTTP_ROUTE_KIND and event_type is not None:
+    if kind == HTTP_ROUTE.kind and event_type is not None:
         # A route that changed its matches or went away may have been what held another
         # resource's route back (routeshadow.py): those resources are asked again now.
         for shadowed in tuple(ctx.shadowed - {key}):
