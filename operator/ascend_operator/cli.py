@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -172,11 +173,23 @@ def render_children(resource: dict[str, Any], namespace: str | None = None,
 
 
 class _ManifestDumper(yaml.SafeDumper):
-    """Multi-line strings (the engine config) as literal blocks, readable as in a file."""
+    """Multi-line strings (the engine config) as literal blocks, readable as in a file; strings
+    that Kubernetes' YAML reader would take for numbers or booleans quoted."""
+
+
+#: Plain scalars that go-yaml (kubectl's and the API server's YAML reader) resolves to a number or
+#: a boolean while PyYAML's YAML 1.1 resolver reads them as strings, so it would leave them
+#: unquoted: 1e5, -1e-5, 1.5e5 (no dot or unsigned exponent), 0o17, y, n. kubectl then refuses an
+#: annotation or env value such as a spec hash ``84e12345`` ("cannot unmarshal number").
+_GO_YAML_NON_STRING = re.compile(
+    r"[-+]?(\.[0-9_]+|[0-9][0-9_]*(\.[0-9_]*)?)([eE][-+]?[0-9_]+)?|[-+]?0[bBoOxX][0-9a-fA-F_]+|[yYnN]")
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()) else None
+    if "\n" in value and not any(line != line.rstrip() for line in value.splitlines()):
+        style: str | None = "|"
+    else:
+        style = "'" if _GO_YAML_NON_STRING.fullmatch(value) else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

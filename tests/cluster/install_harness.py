@@ -135,11 +135,17 @@ def labelled(kubectl: Tool, kinds: Iterable[str], release: str) -> list[str]:
     return [line for line in out.stdout.splitlines() if line]
 
 
+def json_list(objects: Iterable[Mapping[str, Any]]) -> str:
+    """``objects`` as a JSON ``v1 List`` for ``kubectl -f -``: exact, where PyYAML would leave a
+    hash such as ``84e12345`` unquoted and kubectl read it as a number."""
+
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+
+
 def live(kubectl: Tool, objects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The server's copies of those of ``objects`` (by kind, namespace, name) that exist."""
 
-    manifest = yaml.safe_dump_all(list(objects))
-    out = kubectl.run("get", "-f", "-", "--ignore-not-found", "-o", "json", stdin=manifest)
+    out = kubectl.run("get", "-f", "-", "--ignore-not-found", "-o", "json", stdin=json_list(objects))
     if not out.stdout.strip():
         return []
     found = json.loads(out.stdout)

@@ -14,6 +14,8 @@
   its running pods;
 - every object the chart renders for each ``ci/`` values file passes the server's validation
   (``kubectl apply --dry-run=server``);
+- ``ascend-llm render`` output for a resource named ``1e5`` or ``y`` (label values go-yaml would
+  read as a number or a boolean) is applied by kubectl with those labels as strings;
 - last, deleting the CRD deletes the resources and, by garbage collection, their children (the
   CRD is applied again at once; skipped where other resources exist), and the tier's operator,
   running all along, serves the CRD again once it is back.
@@ -24,8 +26,10 @@ only the last test deletes one, and restores it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,12 +43,14 @@ from install_harness import (
     CHART_DIR,
     ROOT,
     SERVER_S,
+    OPERATOR_CLI,
     Namespaces,
     OperatorProcess,
     Release,
     Tool,
     allowed,
     free_port,
+    json_list,
     kinds_of,
     labelled,
     live,
@@ -412,6 +418,22 @@ def test_a_resource_the_operator_saw_deletes_with_no_operator_running(
         remove_resources(kubectl, namespace)
 
 
+@pytest.mark.parametrize("name", ["1e5", "y"])
+def test_kubectl_applies_what_render_prints_for_a_name_go_yaml_reads_as_a_number_or_a_boolean(
+        name: str, kubectl: Tool, namespaces: Namespaces) -> None:
+    """``ascend-llm render`` output piped to kubectl: a resource named ``1e5`` or ``y`` puts that
+    name in label values, which go-yaml reads as a number or a boolean unless it is quoted."""
+
+    namespace = namespaces.new("render")
+    rendered = subprocess.run([str(OPERATOR_CLI), "render", "-"], check=True,
+                              input=yaml.safe_dump(example(namespace, name)), capture_output=True, text=True).stdout
+    applied = kubectl.run("apply", "--dry-run=server", "-o", "json", "-f", "-", stdin=rendered)
+    found = json.loads(applied.stdout)
+    items = found["items"] if found.get("kind") == "List" else [found]
+    assert len(items) == len([doc for doc in yaml.safe_load_all(rendered) if doc]) >= 3
+    assert {item["metadata"]["labels"]["app.kubernetes.io/instance"] for item in items} == {name}
+
+
 # ------------------------------------------------------------------------------ every object the chart renders
 
 
@@ -433,7 +455,7 @@ def test_the_server_accepts_every_object_the_chart_renders(
         kubectl.run("apply", "--server-side", "-f",
                     str(ROOT / "tests" / "data" / "crds" / "monitoring.coreos.com_servicemonitors.yaml"))
         wait_established(kubectl, "servicemonitors.monitoring.coreos.com")
-    result = kubectl.run("apply", "--dry-run=server", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    result = kubectl.run("apply", "--dry-run=server", "--server-side", "-f", "-", stdin=json_list(objects))
     assert len([line for line in result.stdout.splitlines() if "serverside-applied (server dry run)" in line]) \
         == len(objects), result.stdout
 

@@ -73,14 +73,25 @@ def condition(resource: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def settled(api: Any, namespace: str, name: str, phase: str = "Ready") -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
     def check() -> dict[str, Any] | None:
-        resource = get(api, namespace, name)
+        resource = last["resource"] = get(api, namespace, name)
         status = resource.get("status") or {}
         ok = (status.get("observedGeneration") == resource["metadata"]["generation"]
               and status.get("phase") == phase)
         return resource if ok else None
 
-    return wait_for(f"{namespace}/{name} to reach {phase}", check)
+    try:
+        return wait_for(f"{namespace}/{name} to reach {phase}", check)
+    except pytest.fail.Exception as failed:  # say where it stopped: its status, its pods, the Events
+        core = _clients(api)[2]
+        pods = [(pod.metadata.name, pod.spec.node_name, pod.status.phase)
+                for pod in core.list_namespaced_pod(namespace).items]
+        events = [f"{event.involved_object.kind}/{event.involved_object.name} {event.reason}: {event.message}"
+                  for event in core.list_namespaced_event(namespace).items]
+        pytest.fail(f"{failed}\ngeneration {last['resource']['metadata']['generation']}, status "
+                    f"{last['resource'].get('status')}\npods {pods}\nevents:\n" + "\n".join(events))
 
 
 def raw(api: Any, path: str) -> dict[str, Any] | None:

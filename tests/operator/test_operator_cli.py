@@ -1,13 +1,14 @@
 """The operator's CLI commands, run through the real ``ascend-llm`` entry point parser.
 
 Covered: ``render`` prints exactly the builders' children for an example (YAML stream and JSON
-List), with no owner references; an invalid resource or a wrong kind exits 2 naming the field;
+List), with no owner references, strings that go-yaml reads as numbers or booleans quoted; an invalid resource or a wrong kind exits 2 naming the field;
 ``crd --check`` passes on the committed CRDs and fails (exit 1) naming a stale copy;
 ``operator run --help`` lists the options.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from ascend_operator.api import parse_spec
 from ascend_operator.builders import BuildMeta, build_children
+from ascend_operator.cli import write_manifests
 from ascend_operator.crdgen import CRD_PATHS
 from ascend_operator.settings import OperatorSettings
 from ascend_runtime.cli import main
@@ -45,6 +47,20 @@ def test_render_prints_the_children_as_yaml_and_json(capsys: pytest.CaptureFixtu
     assert main(["render", str(EXAMPLE), "-o", "json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed == {"apiVersion": "v1", "kind": "List", "items": expected()}
+
+
+def test_render_quotes_strings_that_kubectls_yaml_reader_takes_for_numbers_or_booleans() -> None:
+    """PyYAML (YAML 1.1) leaves ``1e5`` or ``y`` plain; go-yaml, under kubectl, reads a number or a
+    boolean there (the cluster tier pipes such a render through kubectl)."""
+
+    go_reads_otherwise = ["1e5", "-1e-5", "1.5e5", "84e12345", "0o17", "1_0e2", "y", "N"]
+    plain = ["cpu-tiny", "e5", "1e", "1.5.5", "yes-no", "0x1g"]
+    out = io.StringIO()
+    write_manifests([{"data": {value: value for value in go_reads_otherwise + plain}}], "yaml", out)
+    lines = dict(line.strip().split(": ", 1) for line in out.getvalue().splitlines()[1:])
+    assert {key: value for key, value in lines.items() if value.startswith("'")} == {
+        f"'{value}'": f"'{value}'" for value in go_reads_otherwise}
+    assert yaml.safe_load(out.getvalue())["data"] == {value: value for value in go_reads_otherwise + plain}
 
 
 def test_render_refuses_an_invalid_resource_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
