@@ -168,13 +168,19 @@ class Reflector:
             else:
                 done.set_result(result or version)
 
+        def post(callback: Callable[..., None], *args: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(callback, *args)
+            except RuntimeError:  # the loop closed (the operator stopped): nothing waits for it now
+                pass
+
         def target() -> None:
             try:
                 result = self._stream(version, lambda kind, body: loop.call_soon_threadsafe(self._deliver, kind, body))
             except BaseException as error:  # noqa: BLE001  (handed to the event loop)
-                loop.call_soon_threadsafe(settle, None, error)
+                post(settle, None, error)
             else:
-                loop.call_soon_threadsafe(settle, result, None)
+                post(settle, result, None)
 
         threading.Thread(target=target, daemon=True, name=f"watch {self.scope}").start()
         return await done

@@ -46,12 +46,22 @@ sys.path.insert(0, str(ROOT / "tests" / "fakes"))
 from fake_hub import FakeHub  # noqa: E402
 
 
+#: When the tier's first set-up began and its node stopped (monotonic), for the closing summary.
+_TIER: dict[str, float] = {}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if "stopped" in _TIER:
+        terminalreporter.write_line(f"real-node tier: {_TIER['stopped'] - _TIER['started']:.0f}s from its first "
+                                    f"set-up (images) to its node stopped")
+
+
 @pytest.fixture(scope="session")
 def images() -> Images:
     reason = why_no_node()
     if reason:
         pytest.skip(reason)
-    started = time.monotonic()
+    started = _TIER["started"] = time.monotonic()
     try:
         built = build_images()
     except NodeSetupError as error:
@@ -75,6 +85,7 @@ def realnode(kubeconfig_path: str, images: Images) -> Iterator[RealNode]:
     finally:
         if os.environ.get("ASCEND_LLM_NODE_KEEP") != "1":
             stop_node(workdir)
+        _TIER["stopped"] = time.monotonic()
 
 
 @pytest.fixture(scope="session")
@@ -113,13 +124,16 @@ def operator_release(realnode: RealNode, images: Images, model_root: Path, cache
     try:
         yield release
     finally:
+        started = time.monotonic()
         uninstall_operator(realnode, release)
+        print(f"helm uninstall: {time.monotonic() - started:.1f}s", file=sys.stderr)
     # The tests deleted their resources; with the chart uninstalled too, nothing of the project
     # may stay on the node: no container or sandbox, no volume mount, no pod directory.
     wait_for("no container left on the node after helm uninstall",
              lambda: not realnode.all_containers(), 180, 2.0)
     wait_for("no mount left under the kubelet's pods directory", lambda: not realnode.pod_mounts(), 60, 1.0)
     wait_for("no pod directory left in the kubelet's root", lambda: not realnode.pod_dirs(), 60, 1.0)
+    print(f"helm uninstall -> nothing left on the node: {time.monotonic() - started:.1f}s", file=sys.stderr)
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ engine start costs a minute or more on CPU), in this order:
    probe periods, the new container resumes the graph-mode ladder from the pod's state directory
    (an emptyDir) without trying the failed mode again, and ``status.graph`` shows the container
    restart and the resumed rung;
-3. a RollingUpdate of two replicas under a bounded client loop through the Service's ClusterIP:
-   no request fails, and the EndpointSlice's changes are recorded.
+3. a RollingUpdate (LoRA turned on, and two replicas, in one patch) under a bounded client loop
+   through the Service's ClusterIP: the old pod is replaced, no request fails, and the
+   EndpointSlice's changes are recorded.
 
 The resource is ``examples/cpu-tiny.yaml`` with ``CXX=/bin/false`` in the engine's environment, so
 that the CPU graph mode (torch.compile, which builds C++) fails on the node as it would on a node
@@ -341,9 +342,8 @@ def chat(node: RealNode, served: Served, model: str) -> tuple[int, dict[str, Any
 
 def test_a_rolling_update_under_a_client_loop_loses_no_request(
         realnode: RealNode, served: Served, adapters: Path, tmp_path: Path) -> None:
-    realnode.kubectl.run("scale", "ald", served.name, "-n", served.namespace, "--replicas=2")
-    ready_again(realnode, served, lambda s: s.get("readyReplicas") == 2)
     old = {p["metadata"]["name"] for p in live_pods(realnode, served)}
+    assert len(old) == 1, old
     service = get_json(realnode, "service", served.name, "-n", served.namespace)
     (port,) = [p["port"] for p in service["spec"]["ports"] if p["name"] == "http"]
     url = f"http://{service['spec']['clusterIP']}:{port}/v1/chat/completions"
@@ -358,9 +358,12 @@ def test_a_rolling_update_under_a_client_loop_loses_no_request(
                  60, 0.5)
         rolled_at = time.monotonic() - watch.started
         # Turning LoRA on changes the engine's flags (docs/lora.md: a rollout); the first adapter
-        # is on a claim of its own, which the pod template mounts.
+        # is on a claim of its own, which the pod template mounts. Two replicas in the same patch
+        # (maxSurge 0, maxUnavailable 1): a new pod starts beside the old one, the old one drains
+        # only once it serves, then the second new pod starts: one engine start fewer than
+        # scaling first, and the old pod is still the Service's only one until it is replaced.
         realnode.kubectl.run("patch", "ald", served.name, "-n", served.namespace, "--type=merge", "-p", json.dumps(
-            {"spec": {"lora": {"maxRank": 8, "adapters": [adapter("sql")]}}}))
+            {"spec": {"replicas": 2, "lora": {"maxRank": 8, "adapters": [adapter("sql")]}}}))
 
         def rolled() -> bool:
             pods = live_pods(realnode, served)
@@ -369,7 +372,7 @@ def test_a_rolling_update_under_a_client_loop_loses_no_request(
                     and len(get_json(realnode, "pods", "-n", served.namespace)["items"]) == 2)
 
         try:
-            wait_for("the rollout to replace both pods", rolled, 2 * READY_TIMEOUT_S, 1.0)
+            wait_for("the rollout to replace the pod with two", rolled, 2 * READY_TIMEOUT_S, 1.0)
         except pytest.fail.Exception:
             print(namespace_report(realnode, served.namespace), file=sys.stderr)
             raise
@@ -382,7 +385,7 @@ def test_a_rolling_update_under_a_client_loop_loses_no_request(
         watch.join(timeout=30)
     records = [json.loads(line) for line in out.read_text().splitlines()]
     failed = [r for r in records if r["status"] != 200]
-    print(f"rollout (patch at {rolled_at:.1f}s, both pods replaced at {done_at:.1f}s): {len(records)} requests, "
+    print(f"rollout (patch at {rolled_at:.1f}s, the pod replaced by two at {done_at:.1f}s): {len(records)} requests, "
           f"{len(failed)} failed, slowest {max(r['s'] for r in records):.2f}s; EndpointSlice:\n{watch.timeline()}",
           file=sys.stderr)
     assert len(records) >= 20, records

@@ -472,7 +472,7 @@ EXPECTED_A3_DEPLOYMENT = {
             "name": "qwen3-30b-a3",
             "namespace": "llm",
             "labels": labels("qwen3-30b-a3"),
-            "annotations": {"llm.ascend.dev/spec-hash": "8551bc56df4e3b47"},
+            "annotations": {"llm.ascend.dev/spec-hash": "395b433a5f47dc21"},
         },
         "spec": {
             "replicas": 1,
@@ -490,7 +490,7 @@ EXPECTED_A3_DEPLOYMENT = {
                 "spec": engine_pod_spec(
                     container=engine_container(
                         image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                        startup_failures=355,
+                        startup_failures=1774,
                         env=[
                             {
                                 "name": "ASCEND_VISIBLE_DEVICES",
@@ -613,7 +613,7 @@ EXPECTED_CPU_TINY = {
             "name": "cpu-tiny",
             "namespace": "llm",
             "labels": labels("cpu-tiny"),
-            "annotations": {"llm.ascend.dev/spec-hash": "4f5d8de1ea194131"},
+            "annotations": {"llm.ascend.dev/spec-hash": "debbfb1b47a70dbf"},
         },
         "spec": {
             "replicas": 1,
@@ -631,7 +631,7 @@ EXPECTED_CPU_TINY = {
                 "spec": engine_pod_spec(
                     container=engine_container(
                         image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-cpu",
-                        startup_failures=187,
+                        startup_failures=931,
                         resources={
                             "requests": {"cpu": "2", "memory": "4Gi"},
                             "limits": {"memory": "8Gi"},
@@ -722,7 +722,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
             "name": "deepseek-v2-lite",
             "namespace": "llm",
             "labels": labels("deepseek-v2-lite"),
-            "annotations": {"llm.ascend.dev/spec-hash": "b39a1ac46d11e9de"},
+            "annotations": {"llm.ascend.dev/spec-hash": "b93bb603366e7574"},
         },
         "spec": {
             "replicas": 1,
@@ -740,7 +740,7 @@ EXPECTED_DEEPSEEK_MOE_EP = {
                 "spec": engine_pod_spec(
                     container=engine_container(
                         image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                        startup_failures=460,
+                        startup_failures=2298,
                         env=[
                             {
                                 "name": "ASCEND_VISIBLE_DEVICES",
@@ -844,7 +844,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
             "name": "qwen72b",
             "namespace": "llm",
             "labels": labels("qwen72b"),
-            "annotations": {"llm.ascend.dev/spec-hash": "e6ebc0978d71d3fc"},
+            "annotations": {"llm.ascend.dev/spec-hash": "fde816639cbd43fa"},
         },
         "spec": {
             "replicas": 1,
@@ -862,7 +862,7 @@ EXPECTED_QWEN72B_910B_TP8 = {
                 "spec": engine_pod_spec(
                     container=engine_container(
                         image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                        startup_failures=445,
+                        startup_failures=2224,
                         env=[
                             {
                                 "name": "ASCEND_VISIBLE_DEVICES",
@@ -971,7 +971,7 @@ EXPECTED_SMALL_310P = {
             "name": "qwen-small-310p",
             "namespace": "llm",
             "labels": labels("qwen-small-310p"),
-            "annotations": {"llm.ascend.dev/spec-hash": "b61f8c1db74729a3"},
+            "annotations": {"llm.ascend.dev/spec-hash": "040e52e4abef2b1c"},
         },
         "spec": {
             "replicas": 2,
@@ -989,7 +989,7 @@ EXPECTED_SMALL_310P = {
                 "spec": engine_pod_spec(
                     container=engine_container(
                         image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-310p",
-                        startup_failures=189,
+                        startup_failures=942,
                         env=[
                             {
                                 "name": "ASCEND_VISIBLE_DEVICES",

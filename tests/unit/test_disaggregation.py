@@ -90,7 +90,7 @@ def expected_deployment(role: str, replicas: int, npus: int, spec_hash: str, con
                 "spec": engine_pod_spec(
                     container=engine_container(
                         image=IMAGE,
-                        startup_failures=356,
+                        startup_failures=1778,
                         env=[{"name": "ASCEND_VISIBLE_DEVICES", "valueFrom": {"fieldRef": {
                             "fieldPath": "metadata.annotations['huawei.com/Ascend910']"}}}, *KV_ENV],
                         resources={
@@ -143,9 +143,9 @@ def test_a2_example_children_are_one_workload_per_role_with_the_kv_wiring() -> N
         ("ConfigMap", "qwen32b-pd-prefill-config"), ("Deployment", "qwen32b-pd-prefill"),
         ("Service", "qwen32b-pd-prefill"),
     ]
-    assert children.deployment == expected_deployment("decode", 2, 2, "7e3f36bc958d0193", "f0e6f4d37076d535")
+    assert children.deployment == expected_deployment("decode", 2, 2, "37f35ed4fe364416", "f0e6f4d37076d535")
     assert by_name(children, "Deployment", "qwen32b-pd-prefill") == expected_deployment(
-        "prefill", 1, 4, "f9556bbab3aad844", "4744cb352763861b")
+        "prefill", 1, 4, "63e12299e410cd90", "4744cb352763861b")
     assert children.service == expected_service("qwen32b-pd", "decode", "0b2da173620146a6")
     assert by_name(children, "Service", "qwen32b-pd-prefill") == expected_service(
         "qwen32b-pd-prefill", "prefill", "cabe48b802134ee6")

@@ -329,7 +329,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
             "name": "deepseek-v3-lws",
             "namespace": "llm",
             "labels": labels("deepseek-v3"),
-            "annotations": {"llm.ascend.dev/spec-hash": "8f3c9377f48bd96d"},
+            "annotations": {"llm.ascend.dev/spec-hash": "46ae7e44e3f5ffc0"},
         },
         "spec": {
             "replicas": 1,
@@ -352,7 +352,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                     "spec": engine_pod_spec(
                         container=engine_container(
                             image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                            startup_failures=914,
+                            startup_failures=4570,
                             env=[
                                 {
                                     "name": "ASCEND_VISIBLE_DEVICES",
@@ -402,7 +402,7 @@ EXPECTED_DEEPSEEK_V3_2NODE = {
                     "spec": engine_pod_spec(
                         container=engine_container(
                             image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0",
-                            startup_failures=914,
+                            startup_failures=4570,
                             ports=[{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
                             env=[
                                 {
@@ -529,7 +529,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
             "name": "deepseek-r1-a3-lws",
             "namespace": "llm",
             "labels": labels("deepseek-r1-a3"),
-            "annotations": {"llm.ascend.dev/spec-hash": "5354464688f3b635"},
+            "annotations": {"llm.ascend.dev/spec-hash": "fd8b2440b73c29d2"},
         },
         "spec": {
             "replicas": 1,
@@ -556,7 +556,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                     "spec": engine_pod_spec(
                         container=engine_container(
                             image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                            startup_failures=1044,
+                            startup_failures=5220,
                             env=[
                                 {
                                     "name": "ASCEND_VISIBLE_DEVICES",
@@ -606,7 +606,7 @@ EXPECTED_DEEPSEEK_R1_A3_RAY = {
                     "spec": engine_pod_spec(
                         container=engine_container(
                             image="ghcr.io/ascend-llm/runtime:0.1.0-vllm-ascend-v0.23.0-a3",
-                            startup_failures=1044,
+                            startup_failures=5220,
                             ports=[{"name": "runtime", "containerPort": 8080, "protocol": "TCP"}],
                             env=[
                                 {

@@ -5,7 +5,8 @@ the cache and reports the objects a re-list lacks as deleted; the watch resumes 
 version (bookmarks included) after the server ends it; a 410 lists again; a failure lists again
 after a backoff; a kind the cluster does not serve is listed again later; events of namespaces
 outside the scope are dropped; a cancelled reflector wakes its reading thread (socket shutdown)
-and leaves the close to that thread. The real API server runs the same streams in tests/cluster.
+and leaves the close to that thread, which ends quietly when the loop has closed before it.
+The real API server runs the same streams in tests/cluster.
 """
 
 from __future__ import annotations
@@ -235,3 +236,45 @@ async def test_a_cancelled_reflector_wakes_its_reader_and_never_closes_from_the_
             break
         await asyncio.sleep(0.01)
     assert response.closed_in is not None and response.closed_in.startswith("watch ")
+
+
+class LateResponse(BlockingResponse):
+    """A watch whose reader ends only when the test says, whatever the socket's shutdown."""
+
+    def __init__(self) -> None:
+        import threading
+
+        super().__init__()
+        self.release = threading.Event()
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        self.started.set()
+        self.release.wait(10)
+        return iter(())
+
+
+def test_a_reader_that_ends_after_the_operators_loop_closed_ends_quietly(monkeypatch: Any) -> None:
+    """At shutdown the loop may close before a watch thread returns: it must not raise
+    "Event loop is closed" (an unhandled exception in the thread, printed on every stop)."""
+
+    import threading
+
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    response = LateResponse()
+    threads_before = set(threading.enumerate())
+
+    async def main() -> None:
+        cache, kube = WatchCache(), FakeKube()
+        kube.watch_request = lambda *args, **kwargs: response  # type: ignore[method-assign]
+        reflector = Reflector(Scope(POD, "llm"), kube, cache, Recorder(cache), FAST)  # type: ignore[arg-type]
+        await reflector.list()
+        asyncio.create_task(reflector.run())
+        while not response.started.is_set():
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())  # cancels the reflector and closes the loop while the reader still reads
+    (reader,) = [t for t in set(threading.enumerate()) - threads_before if t.name.startswith("watch ")]
+    response.release.set()
+    reader.join(5)
+    assert not reader.is_alive() and raised == []
