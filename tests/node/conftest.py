@@ -129,8 +129,16 @@ def operator_release(realnode: RealNode, images: Images, model_root: Path, cache
         print(f"helm uninstall: {time.monotonic() - started:.1f}s", file=sys.stderr)
     # The tests deleted their resources; with the chart uninstalled too, nothing of the project
     # may stay on the node: no container or sandbox, no volume mount, no pod directory.
-    wait_for("no container left on the node after helm uninstall",
-             lambda: not realnode.all_containers(), 180, 2.0)
+    left: dict[str, float] = {}  # what was still there, and when last seen (said below)
+
+    def no_container() -> bool:
+        owners = realnode.container_owners()
+        left.update({owner: time.monotonic() - started for owner in owners})
+        return not owners
+
+    wait_for("no container left on the node after helm uninstall", no_container, 180, 2.0)
+    print("left after helm uninstall (last seen): " + ", ".join(f"{owner} {at:.0f}s" for owner, at in left.items()),
+          file=sys.stderr)
     wait_for("no mount left under the kubelet's pods directory", lambda: not realnode.pod_mounts(), 60, 1.0)
     wait_for("no pod directory left in the kubelet's root", lambda: not realnode.pod_dirs(), 60, 1.0)
     print(f"helm uninstall -> nothing left on the node: {time.monotonic() - started:.1f}s", file=sys.stderr)

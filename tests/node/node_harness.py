@@ -84,12 +84,36 @@ class RealNode:
                                 capture_output=True, text=True, timeout=60, check=True)
         return result.stdout.split()
 
+    def running(self, namespace: str) -> list[str]:
+        """IDs of the containers and sandboxes of ``namespace``'s pods that still run a task: the
+        kubelet has stopped a deleted pod's once this is empty; it removes them at its container
+        garbage collection, once a minute (the session's end checks that nothing is left)."""
+
+        ctr = self.env["REALNODE_CTR"].split()
+        tasks = subprocess.run([*ctr, "tasks", "ls"], capture_output=True, text=True, timeout=60, check=True).stdout
+        live = {line.split()[0] for line in tasks.splitlines()[1:] if line.split()[-1:] != ["STOPPED"]}
+        return [container for container in self.containers(namespace) if container in live]
+
     def all_containers(self) -> list[str]:
         """Every container and sandbox containerd's Kubernetes namespace holds on the node."""
 
         ctr = self.env["REALNODE_CTR"].split()
         return subprocess.run([*ctr, "containers", "ls", "-q"], capture_output=True, text=True, timeout=60,
                               check=True).stdout.split()
+
+    def container_owners(self) -> list[str]:
+        """``namespace/pod/container`` of each container and sandbox containerd holds (a sandbox's
+        container name is empty), for saying what is left."""
+
+        ctr = self.env["REALNODE_CTR"].split()
+        owners = []
+        for container in self.all_containers():
+            info = subprocess.run([*ctr, "containers", "info", container], capture_output=True, text=True,
+                                  timeout=60, check=False)
+            labels = json.loads(info.stdout).get("Labels") or {} if info.returncode == 0 else {}
+            owners.append("/".join(labels.get(f"io.kubernetes.{key}", "?") for key in
+                                   ("pod.namespace", "pod.name", "container.name")))
+        return owners
 
     @property
     def kubelet_pods_dir(self) -> Path:

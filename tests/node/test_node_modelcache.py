@@ -61,6 +61,7 @@ def hub_resource(namespace: str, name: str, cache: dict[str, Any], replicas: int
     model.update({"huggingFace": {"id": REPO}, "revision": "main", "cache": cache})
     resource["spec"]["npu"] = {"nodeSelector": NODE_SELECTOR, "tolerations": [NODE_TOLERATION]}
     resource["spec"]["graph"] = {"policy": "eager"}  # what is shown here is the cache, not a compile
+    resource["spec"]["warmup"] = {"enabled": False}  # nor the warmup (test_node_serving.py shows it)
     resource["spec"]["replicas"] = replicas
     return resource
 
