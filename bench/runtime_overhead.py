@@ -13,7 +13,9 @@ empty compile cache (``VLLM_CACHE_ROOT`` and ``TMPDIR``), so every start is a co
    Launch to Ready, the warmup's own seconds (``/state`` ``warmup.seconds``) and, polled by this
    script, the moment its engine first answers ``/health``. The config lists no warmup lengths
    or levels: the runtime derives its plan from the engine's configuration. Then the first
-   waves (one per prompt length and batch size), each followed by its warm repeats.
+   waves (one per prompt length and batch size), each followed by its warm repeats; then, as a
+   control, the very first cell again after idle gaps (``IDLE_GAPS_S``): a cost that comes back
+   after any pause is the idle engine's, not a cold path that warmup should have run.
 3. Throughput, with both engines up: closed-loop rounds (N requests x M tokens, ``ignore_eos``,
    concurrency C) alternating bare, runtime, runtime, bare, ... after one unmeasured round each.
 4. **runtime graph, warmup off**: first user requests again, to show what warmup buys.
@@ -37,7 +39,7 @@ completed (goals are reported, not enforced: noise is about 30% here), 1 when a 
 failed, 2 for bad arguments.
 
 The pure parts (``summarize``, ``percentile``, ``alternation``, ``pair_ratios``,
-``parse_phase_line``, ``fallback_timeline``, ``startup_overhead``, ``first_request_stats``,
+``parse_phase_line``, ``fallback_timeline``, ``startup_overhead``, ``first_request_stats``, ``after_idle_stats``,
 ``bench_config``, ``engine_command_from_flags``, ``round_throughput``, ``format_report``) are
 tested by tests/unit/test_runtime_overhead_bench.py.
 """
@@ -86,6 +88,9 @@ ENGINE_STOP_S = 30.0
 #: Goals from the issue.
 GOAL_THROUGHPUT_RATIO = 0.99
 GOAL_FIRST_REQUEST_RATIO = 1.3
+#: Idle gaps (seconds, each twice) before the very first cell's wave is sent again, once every
+#: cell is warm: the gap from Ready to the first wave is about 0.1-0.5 s here.
+IDLE_GAPS_S = (0.5, 0.5, 2.0, 2.0, 5.0, 5.0)
 
 
 class BenchError(RuntimeError):
@@ -305,6 +310,18 @@ def first_request_stats(first: Sequence[tuple[int, int, float]], warm: Mapping[t
     return out
 
 
+def after_idle_stats(after_idle: Sequence[tuple[float, float]], warm: Sequence[float]) -> list[dict[str, Any]]:
+    """Per idle gap: its waves' seconds over the warm median of the same cell (the control for the
+    very first request: a ratio as high after a pause says the cost is idleness, not coldness)."""
+
+    median = percentile(list(warm), 50)
+    gaps: dict[float, list[float]] = {}
+    for gap, seconds in after_idle:
+        gaps.setdefault(gap, []).append(seconds)
+    return [{"gapS": gap, "seconds": times, "ratios": [t / median for t in times] if median else []}
+            for gap, times in gaps.items()]
+
+
 def bench_config(model_dir: Path, work_dir: Path, engine_port: int, runtime_port: int,
                  engine_command: Sequence[str], cpus: int, *, policy: str = "auto", warmup: bool = True, max_num_seqs: int = 8,
                  warmup_lengths: Sequence[int] | None = None, warmup_concurrency: Sequence[int] | None = None
@@ -422,6 +439,18 @@ def format_report(report: Mapping[str, Any]) -> str:
             very = entry["lengths"][0]["ratio"] if entry["lengths"] else None
             lines.append(f"| {entry['start']} ({entry['mode']}) | {entry['warmup']} | {cells} | {_f(very, 2)}x |")
         lines.append("")
+        idle = [entry for entry in fr if entry.get("afterIdle")]
+        if idle:
+            lines += ["The very first cell sent again once every cell was warm, after an idle gap: its "
+                      "seconds / the warm median (the control: a ratio as high as the very first one's "
+                      "says the cost is the pause, not a path warmup missed)", ""]
+            for entry in idle:
+                first = entry["lengths"][0]
+                gaps = "; ".join(f"{gap['gapS']:g} s: " + ", ".join(f"{r:.2f}x" for r in gap["ratios"])
+                                 for gap in entry["afterIdle"])
+                lines.append(f"- {entry['start']} ({first['prompt_tokens']} tok x{first.get('batch', 1)}, "
+                             f"very first {_f(first['ratio'], 2)}x): {gaps}")
+            lines.append("")
     fb = report.get("fallback")
     if fb:
         lines += ["Fallback (CXX=/bin/false: torch.compile fails, the runtime falls back to eager)", "",
@@ -748,11 +777,15 @@ class Probe:
     warm: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     cpu_first: dict[tuple[int, int], float] = field(default_factory=dict)
     cpu_warm: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    #: (idle gap, wave seconds) of the very first cell sent again after the warm waves.
+    after_idle: list[tuple[float, float]] = field(default_factory=list)
 
 
 async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tokens: int, seed: int,
-                         batches: Sequence[int] = (1,), cpu_seconds: Callable[[], float] | None = None) -> Probe:
-    """Per batch size and length, the first wave, then right after it ``repeats`` warm ones.
+                         batches: Sequence[int] = (1,), cpu_seconds: Callable[[], float] | None = None,
+                         idle_gaps_s: Sequence[float] = ()) -> Probe:
+    """Per batch size and length, the first wave, then right after it ``repeats`` warm ones; last,
+    the first cell's wave again after each of ``idle_gaps_s`` (the idle control).
 
     A wave is ``batch`` concurrent requests; its time is the slowest request's. Each cell's warm
     waves follow its first one at once, so a load change on the shared machine between cells
@@ -783,6 +816,10 @@ async def first_requests(url: str, lengths: Sequence[int], repeats: int, max_tok
                 probe.warm[(length, batch)].append(seconds)
                 if cpu is not None:
                     probe.cpu_warm[(length, batch)].append(cpu)
+        for gap in idle_gaps_s:
+            await asyncio.sleep(gap)
+            seconds, _ = await timed(*cells[0])
+            probe.after_idle.append((gap, seconds))
     return probe
 
 
@@ -854,10 +891,13 @@ class Bench:
         item.state()  # the runtime's engine pid (its process group), for the CPU counter
         groups = set(item.engine_pids) if item.runtime_port is not None else {item.process.pid}
         probe = asyncio.run(first_requests(item.engine_url, self.o.first_lengths, self.o.repeats, 16, seed,
-                                           self.o.first_batches, lambda: group_cpu_seconds(groups)))
+                                           self.o.first_batches, lambda: group_cpu_seconds(groups), IDLE_GAPS_S))
         stats = first_request_stats(probe.first, probe.warm, probe.cpu_first, probe.cpu_warm)
+        first_cell = probe.first[0][:2] if probe.first else None
         self.report["firstRequest"].append({"start": item.name, "kind": kind, "mode": mode, "warmup": warmup,
-                                            "lengths": [asdict(s) for s in stats]})
+                                            "lengths": [asdict(s) for s in stats],
+                                            "afterIdle": after_idle_stats(probe.after_idle,
+                                                                          probe.warm.get(first_cell, []))})
         self._say(f"{item.name}: first/warm " + ", ".join(f"{s.prompt_tokens}x{s.batch}:{_f(s.ratio)}x" for s in stats))
 
     def run(self) -> dict[str, Any]:

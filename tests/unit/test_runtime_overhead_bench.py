@@ -1,6 +1,6 @@
 """The pure parts of bench/runtime_overhead.py: percentiles and summaries, the ABBA round order,
 per-pair ratios, throughput of a round, the runtime's phase lines and the fallback timeline
-from timestamped output, the start-up overhead, first-request ratios, the per-start engine
+from timestamped output, the start-up overhead, first-request ratios and the idle control, the per-start engine
 config, the argv taken from ``ascend-llm flags``, option checks, goals and the report tables.
 Synthetic inputs with complete expected values; nothing here starts a process or sends a request.
 """
@@ -341,3 +341,21 @@ def test_format_report_splits_the_fallback_into_stop_and_eager_start():
         "| ratio (failure line to eager /health) / bare eager start | 1.00 |",
         "| total launch to Ready with the failed graph attempt | 97.6 |",
     ]
+
+
+def test_after_idle_stats_divide_each_gaps_waves_by_the_warm_median_of_the_first_cell():
+    after = [(0.5, 0.040), (0.5, 0.050), (5.0, 0.060), (5.0, 0.070)]
+    assert ro.after_idle_stats(after, [0.030, 0.050, 0.040]) == [
+        {"gapS": 0.5, "seconds": [0.040, 0.050], "ratios": [pytest.approx(1.0), pytest.approx(1.25)]},
+        {"gapS": 5.0, "seconds": [0.060, 0.070], "ratios": [pytest.approx(1.5), pytest.approx(1.75)]},
+    ]
+    assert ro.after_idle_stats(after[:1], []) == [{"gapS": 0.5, "seconds": [0.040], "ratios": []}]
+
+
+def test_format_report_renders_the_idle_control_under_the_first_wave_table():
+    entry = {"start": "runtime-graph-warmup", "kind": "runtime", "mode": "PIECEWISE", "warmup": "on",
+             "lengths": [{"prompt_tokens": 24, "batch": 1, "first_s": 0.047, "warm_median_s": 0.035, "ratio": 1.34}],
+             "afterIdle": [{"gapS": 0.5, "seconds": [0.036], "ratios": [1.03]},
+                           {"gapS": 5.0, "seconds": [0.046, 0.047], "ratios": [1.31, 1.34]}]}
+    lines = ro.format_report({"firstRequest": [entry]}).splitlines()
+    assert "- runtime-graph-warmup (24 tok x1, very first 1.34x): 0.5 s: 1.03x; 5 s: 1.31x, 1.34x" in lines
