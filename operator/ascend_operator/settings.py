@@ -127,7 +127,7 @@ class OperatorSettings(BaseSettings):
     # 2 s: the probe asks the runtime for a flag it already holds (cheap), and the pod turns Ready
     # at the first tick after the engine is: at 10 s that tick cost up to 10 s of every start
     # (bench/README.md, node_ready: the probe period, not the engine, set the node's time).
-    startup_period_s: int = Field(2, ge=1, description="startupProbe periodSeconds (2 s: Ready within 2 s).")
+    startup_period_s: int = Field(2, ge=1, description="startupProbe periodSeconds.")
     readiness_period_s: int = Field(
         5, ge=1, description="readinessProbe periodSeconds (5 s: quick failover)."
     )
