@@ -14,6 +14,9 @@ For each operator in turn, in a fresh namespace: start it as a subprocess (``--s
   PodDisruptionBudget, each owned by its resource), and to the last status written
   (``status.observedGeneration`` present); apply-to-status lag per resource (median, p99);
 - the operator's RSS (its process tree, psutil): peak and at the end;
+- the CPU of the operator and, on the pack's control plane, of each of its processes from the
+  first apply to the last status: on a machine shared with the control plane, where the converge
+  time goes;
 - writes per idle resync: after a settle of one resync interval, the writes over two resync
   intervals (or ``--idle-window``), divided by the number of intervals;
 - writes on a restart: SIGTERM, start again with all N present, writes until it is idle again.
@@ -29,7 +32,8 @@ LIST) in the idle window are reported too: they show that the resyncs ran.
 Exit status 0 when every target holds, 1 with the reasons when one fails, 3 when none fails but
 a ratio target is inconclusive (its rounds' range straddles the target, or one round has no
 spread: bench/verdict.py), 2 when the run could not be made. The pure parts (``parse_requests``, ``request_delta``, ``idle_since``, ``lag_stats``,
-``evaluate``, ``format_table``) are tested in tests/unit/test_operator_scale_bench.py.
+``evaluate``, ``format_table``, ``format_report``) are tested in tests/unit/test_operator_scale_bench.py.
+``--reread FILE`` prints a saved ``--out`` report's tables again (bench/results/).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from resource import RUSAGE_SELF, getrusage
 from typing import Any, NamedTuple
@@ -215,6 +219,9 @@ class OperatorResult:
     cpu_s: float | None = None
     #: The operator's CPU from its start (once live) to the last status.
     converge_cpu_s: float | None = None
+    #: The same span's CPU seconds of each process of the local control plane (the pack's
+    #: ``run/*.pid``: kube-apiserver, kube-controller-manager, ...); empty for ``--kubeconfig``.
+    converge_control_plane_cpu_s: dict[str, float] = field(default_factory=dict)
     #: Resources whose status said Ready before the idle window (the project's operator).
     ready: int | None = None
     errors: list[str] = field(default_factory=list)
@@ -340,6 +347,15 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _plane_cell(cpu: Mapping[str, float]) -> str:
+    """``kube-apiserver 1204.0, ...`` (most first) and the total; ``-`` when not measured."""
+
+    if not cpu:
+        return "-"
+    ranked = sorted(cpu.items(), key=lambda item: -item[1])
+    return ", ".join(f"{name} {seconds:.1f}" for name, seconds in ranked) + f" (all {sum(cpu.values()):.1f})"
+
+
 def format_table(results: Sequence[OperatorResult]) -> str:
     """The side-by-side table (Markdown) of the measured figures."""
 
@@ -362,6 +378,7 @@ def format_table(results: Sequence[OperatorResult]) -> str:
         ("RSS peak after restart (MB)", lambda r: _fmt(r.rss_restart_peak_mb)),
         ("CPU s (operator tree, first start)", lambda r: _fmt(r.cpu_s)),
         ("CPU s to converge (start to last status)", lambda r: _fmt(r.converge_cpu_s)),
+        ("control plane's CPU s in the same span", lambda r: _plane_cell(r.converge_control_plane_cpu_s)),
         ("resources Ready before the idle window", lambda r: _fmt(r.ready)),
         ("writes per idle resync", lambda r: _fmt(r.idle_writes_per_resync, 2)
          + (f" ({r.idle_writes} in {r.idle_window_s:.0f} s)" if r.idle_window_s is not None else "")),
@@ -395,6 +412,30 @@ def format_targets(targets: Sequence[Target]) -> str:
 
     return "\n".join(f"- {mark(t)}: {t.name} = {_fmt(t.value, 3)} (target {t.limit})"
                      + (f"; {t.detail}" if t.detail else "") for t in targets)
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """What a run prints, from its ``--out`` JSON (``--reread`` prints it again)."""
+
+    known = {f.name for f in fields(OperatorResult)}
+    results = [OperatorResult(**{key: value for key, value in data.items() if key in known})
+               for data in report["operators"].values()]
+    parts = [format_table(results)]
+    if len(report.get("rounds") or ()) > 1:  # the first round's figures are the table's
+        parts.append("\n" + format_rounds([
+            {name: OperatorResult(name=name, count=report["count"], **values) for name, values in one.items()}
+            for one in report["rounds"]]))
+    if report.get("against_minimal"):
+        parts.append(f"\nAgainst {MINIMAL} (four small children; not a target):\n"
+                     + format_targets([Target(**t) for t in report["against_minimal"]]))
+    if report.get("targets"):
+        parts.append("\nTargets (the project's operator):\n" + format_targets([Target(**t) for t in report["targets"]]))
+    if report.get("failures"):
+        parts.append("\nFAILED:\n" + "\n".join(f"- {reason}" for reason in report["failures"]))
+    if report.get("inconclusive"):
+        parts.append("\nINCONCLUSIVE (the rounds' spread straddles the target; run more --rounds):\n"
+                     + "\n".join(f"- {reason}" for reason in report["inconclusive"]))
+    return "\n".join(parts)
 
 
 # ------------------------------------------------------------------------------------- API access
@@ -725,13 +766,34 @@ class RunContext:
     restart_timeout_s: float
     kubeconfig: str
     log_dir: Path
+    #: The started pack's ``run`` directory (its processes' pid files); None for ``--kubeconfig``.
+    plane_run_dir: Path | None = None
 
 
 #: The spec's pod resources here: small enough that one pod per resource fits the nodes'
 #: 110-pod limit (kwok pods use nothing), so every pod runs and an idle window is idle.
 BENCH_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}}
+#: Seconds without one more resource Ready after which the bench stops waiting for all of them.
+READY_STALL_S = 300.0
 #: Pods per fake node (kwok's nodes allow 110; some room for the pods of other workloads).
 PODS_PER_NODE = 100
+
+
+def plane_cpu_s(run_dir: Path | None) -> dict[str, float]:
+    """CPU seconds so far of each process with a pid file in ``run_dir`` (the pack's control
+    plane), by the file's name; {} without one. Where the operator's converge time goes on a
+    machine it shares with the control plane is read from these."""
+
+    import psutil
+
+    cpu: dict[str, float] = {}
+    for pid_file in sorted(run_dir.glob("*.pid")) if run_dir is not None else ():
+        try:
+            times = psutil.Process(int(pid_file.read_text().split()[0])).cpu_times()
+        except (OSError, ValueError, IndexError, psutil.Error):
+            continue  # a process that ended or a pid file being written: not counted
+        cpu[pid_file.stem] = times.user + times.system
+    return cpu
 
 
 def resource_body(ctx: RunContext, name: str, namespace: str) -> dict[str, Any]:
@@ -878,6 +940,7 @@ class OperatorRun:
         self.names = [f"llm-{index:04d}" for index in range(ctx.count)]
         self.tracker = Tracker(self.names, ctx.crd.kind)
         self.cpu_start = 0.0
+        self.plane_cpu_start: dict[str, float] = {}
         self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm, baseline), operator_env(ctx, name),
                                   ctx.log_dir / f"{name}-operator{log_suffix}.log")
         self.watchers = [
@@ -914,6 +977,7 @@ class OperatorRun:
                 raise RuntimeError(f"watch of {watcher.path} not started within 30 s: {watcher.error}")
         self.op.start(timeout_s=120)
         self.cpu_start = self.op.cpu_s()
+        self.plane_cpu_start = plane_cpu_s(ctx.plane_run_dir)
         writes_start = self.api.metrics_writes()
         t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(ctx.workers) as pool:
@@ -939,6 +1003,9 @@ class OperatorRun:
         ctx, result, tracker = self.ctx, self.result, self.tracker
         if converged:
             result.converge_cpu_s = round(self.op.cpu_s() - self.cpu_start, 1)
+            result.converge_control_plane_cpu_s = {
+                name: round(seconds - self.plane_cpu_start[name], 1)
+                for name, seconds in plane_cpu_s(ctx.plane_run_dir).items() if name in self.plane_cpu_start}
         result.rss_peak_mb = mb(self.op.peak_rss)
         for watcher in self.watchers:
             watcher.stopped.set()
@@ -1001,23 +1068,32 @@ class OperatorRun:
         log(f"{result.name}: {result.idle_writes} writes in {window:g} s idle, {result.idle_cpu_cores} cores; "
             f"RSS peak {result.rss_peak_mb} MB; CPU since start {result.cpu_s} s")
 
-    def _wait_all_ready(self, timeout_s: float | None = None) -> int:
-        """Wait until every resource's status says Ready (at most 600 s, plus 60 s per 1,000
-        resources above 1,000); the count Ready."""
+    def _wait_all_ready(self, stall_s: float = READY_STALL_S, poll_s: float | None = None) -> int:
+        """Wait until every resource's status says Ready, for as long as the count keeps rising:
+        give up after ``stall_s`` without a new one (or the converge timeout in all); the count Ready.
 
-        timeout_s = timeout_s or 600 + 0.06 * max(0, self.ctx.count - 1000)
+        How long it takes is the control plane's pace, not the operator's: at 10,000 resources
+        here the controller manager made the last ReplicaSets over half an hour after the
+        operator's last status (bench/README.md), past any fixed budget sized from 1,000."""
+
+        poll_s = poll_s if poll_s is not None else (2 if self.ctx.count <= 1000 else 10)
         collection = self.ctx.crd.collection(self.namespace)
-        deadline = time.monotonic() + timeout_s
-        ready = 0
-        while time.monotonic() < deadline:
+        started = last_rise = time.monotonic()
+        ready = best = 0
+        while True:
             items = self.api.request("GET", collection)["items"]
             ready = sum(1 for item in items if (item.get("status") or {}).get("phase") == "Ready")
+            now = time.monotonic()
             if ready >= self.ctx.count:
-                log(f"{self.result.name}: all {ready} resources Ready")
+                log(f"{self.result.name}: all {ready} resources Ready ({now - started:.0f} s after the last status)")
                 return ready
-            time.sleep(2 if self.ctx.count <= 1000 else 10)
-        log(f"{self.result.name}: only {ready} of {self.ctx.count} Ready after {timeout_s:g} s")
-        return ready
+            if ready > best:
+                best, last_rise = ready, now
+            if now - last_rise >= stall_s or now - started >= self.ctx.converge_timeout_s:
+                log(f"{self.result.name}: only {ready} of {self.ctx.count} Ready after {now - started:.0f} s "
+                    f"({now - last_rise:.0f} s without a new one)")
+                return ready
+            time.sleep(poll_s)
 
     def restart(self) -> None:
         ctx, result, op = self.ctx, self.result, self.op
@@ -1174,6 +1250,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--log-dir", type=Path, default=None,
                         help="Operator logs (default: a temporary folder).")
     parser.add_argument("--out", type=Path, default=None, help="Write the results as JSON here.")
+    parser.add_argument("--reread", type=Path, default=None, metavar="FILE",
+                        help="Print the tables of a saved --out JSON again, and run nothing.")
     parser.add_argument("--linear-from", type=Path, default=None,
                         help="The --out JSON of a run at fewer resources: judge that the project's operator's "
                              "converge time grew at most linearly from it (issue 24: 1,000 to 10,000).")
@@ -1229,11 +1307,15 @@ def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: 
                       workers=args.workers, resync_s=args.resync_interval,
                       idle_window_s=args.idle_window or 2 * args.resync_interval + 5,
                       converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
-                      restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir)
+                      restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir,
+                      plane_run_dir=None if args.kubeconfig else args.workdir / "run")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.reread is not None:
+        print(format_report(json.loads(args.reread.read_text(encoding="utf-8"))))
+        return 0
     plane = ControlPlane(args.pack, args.workdir, args.port_base)
     handlers = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
     try:
@@ -1287,18 +1369,12 @@ def _run(args: argparse.Namespace, plane: ControlPlane) -> int:
             rounds[round_no - 2][name] = result
         if stopped:
             break
-    log_dir = ctx.log_dir
-    ordered = [results[name] for name in OPERATORS if name in results]
-    print(format_table(ordered))
-    if rounds:
-        print("\n" + format_rounds([results, *rounds]))
     # The yardstick: the minimal operator making the same children when it ran, else the small ones.
     yardstick = MINIMAL_SAME if MINIMAL_SAME in results else MINIMAL
     targets = evaluate(results[OURS], results.get(yardstick), rounds, yardstick) if OURS in results else []
+    small: list[Target] = []
     if OURS in results and yardstick != MINIMAL and MINIMAL in results:  # reported, not a target
-        small = evaluate(results[OURS], results[MINIMAL], rounds, MINIMAL)
-        print(f"\nAgainst {MINIMAL} (four small children; not a target):\n"
-              + format_targets([t for t in small if t.name.startswith("converge")]))
+        small = [t for t in evaluate(results[OURS], results[MINIMAL], rounds, MINIMAL) if t.name.startswith("converge")]
     if OURS in results and args.linear_from is not None:
         targets += growth([results[OURS].converge_status_s,
                            *(r[OURS].converge_status_s for r in rounds if OURS in r)],
@@ -1309,30 +1385,24 @@ def _run(args: argparse.Namespace, plane: ControlPlane) -> int:
     for name in (BASELINE, MINIMAL, MINIMAL_SAME):
         if name in results:
             failed += [f"{name} operator: {error}" for error in results[name].errors]
-    if targets:
-        print("\nTargets (the project's operator):\n" + format_targets(targets))
-    if failed:
-        print("\nFAILED:\n" + "\n".join(f"- {reason}" for reason in failed))
     undecided = [f"{t.name}: {t.detail}" for t in targets if t.passed is None and t.value is not None]
-    if undecided:
-        print("\nINCONCLUSIVE (the rounds' spread straddles the target; run more --rounds):\n"
-              + "\n".join(f"- {reason}" for reason in undecided))
+    report = {
+        "count": args.count, "resync_interval_s": args.resync_interval, "workers": args.workers,
+        "commit": commit, "cpus": os.cpu_count(),
+        "load_average_start": load_start, "load_average_end": os.getloadavg(),
+        "python": platform.python_version(), "wall_s": round(time.monotonic() - started, 1),
+        # This script's own CPU (the operators are its children: not counted here).
+        "bench_cpu_s": round(sum(getrusage(RUSAGE_SELF)[:2]), 1),
+        "log_dir": str(ctx.log_dir), "operators": {name: asdict(results[name]) for name in OPERATORS if name in results},
+        "rounds": [{name: {"converge_children_s": r.converge_children_s, "converge_status_s": r.converge_status_s,
+                           "converge_cpu_s": r.converge_cpu_s,
+                           "converge_writes": r.converge_writes, "errors": r.errors}
+                    for name, r in one.items()} for one in [results, *rounds]],
+        "targets": [asdict(target) for target in targets], "against_minimal": [asdict(t) for t in small],
+        "failures": failed, "inconclusive": undecided, "passed": not failed and not undecided,
+    }
+    print(format_report(report))
     if args.out:
-        report = {
-            "count": args.count, "resync_interval_s": args.resync_interval, "workers": args.workers,
-            "commit": commit, "cpus": os.cpu_count(),
-            "load_average_start": load_start, "load_average_end": os.getloadavg(),
-            "python": platform.python_version(), "wall_s": round(time.monotonic() - started, 1),
-            # This script's own CPU (the operators are its children: not counted here).
-            "bench_cpu_s": round(sum(getrusage(RUSAGE_SELF)[:2]), 1),
-            "log_dir": str(log_dir), "operators": {name: asdict(result) for name, result in results.items()},
-            "rounds": [{name: {"converge_children_s": r.converge_children_s, "converge_status_s": r.converge_status_s,
-                               "converge_cpu_s": r.converge_cpu_s,
-                               "converge_writes": r.converge_writes, "errors": r.errors}
-                        for name, r in one.items()} for one in [results, *rounds]],
-            "targets": [asdict(target) for target in targets], "failures": failed,
-            "inconclusive": undecided, "passed": not failed and not undecided,
-        }
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     return 1 if failed else 3 if undecided else 0
 

@@ -8,6 +8,10 @@ cluster.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from collections import Counter
 
 import pytest
@@ -219,6 +223,33 @@ def test_format_table_puts_the_operators_side_by_side() -> None:
     assert "| writes per idle resync | 0.00 | 0.00 |" in table  # no window measured: none shown
     assert "| writes on restart | 0 | 0 |" in table
     assert "| CPU while idle (cores) | - | - |" in table  # no window: not 0
+    assert "| control plane's CPU s in the same span | - | - |" in table  # --kubeconfig: not measured
+
+
+def test_format_table_ranks_the_control_planes_processes_by_cpu() -> None:
+    ours = result("ours", converge_control_plane_cpu_s={"etcd": 17.8, "kube-apiserver": 120.4,
+                                                        "kube-controller-manager": 98.9})
+    table = osb.format_table([ours]).splitlines()
+    assert ("| control plane's CPU s in the same span | kube-apiserver 120.4, kube-controller-manager 98.9, "
+            "etcd 17.8 (all 237.1) |") in table
+
+
+def test_plane_cpu_s_reads_each_pid_files_process_and_skips_the_rest(tmp_path) -> None:
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\n"
+                             "while time.process_time() < end: pass\ntime.sleep(60)"])
+    try:
+        (tmp_path / "kube-apiserver.pid").write_text(f"{busy.pid}\n")
+        (tmp_path / "etcd.pid").write_text("999999999\n")  # no such process
+        (tmp_path / "kwok.pid").write_text("")  # being written
+        (tmp_path / "up.lock").write_text(str(os.getpid()))  # not a pid file
+        deadline = time.monotonic() + 30
+        while (cpu := osb.plane_cpu_s(tmp_path)).get("kube-apiserver", 0.0) < 0.25:
+            assert time.monotonic() < deadline, cpu
+        assert set(cpu) == {"kube-apiserver"}
+    finally:
+        busy.kill()
+        busy.wait()
+    assert osb.plane_cpu_s(None) == {}
 
 
 def test_idle_since_needs_a_full_quiet_window_without_writes_and_busy_cpu() -> None:
@@ -438,7 +469,7 @@ def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch) -> N
     run = object.__new__(osb.OperatorRun)
     run.api, run.op, run.watchers, run.namespace = Api(), Operator(), [Watcher()], "ns"
     run.names = ["llm-0000", "llm-0001"]
-    run.ctx = type("Ctx", (), {"workers": 2, "converge_timeout_s": 900.0, "example": {"spec": {}},
+    run.ctx = type("Ctx", (), {"workers": 2, "plane_run_dir": None, "converge_timeout_s": 900.0, "example": {"spec": {}},
                                "crd": type("Crd", (), {"group": "g", "version": "v", "kind": "K",
                                                        "collection": staticmethod(lambda ns: f"/c/{ns}")})()})()
     run.result = osb.OperatorResult(name="ours", count=2)
@@ -455,3 +486,52 @@ def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch) -> N
     assert len(got.errors) == 1 and got.errors[0].startswith("stopped (signal 15) 0 s after the first apply: "
                                                              f"{len(osb.CHILD_COLLECTIONS)} children and 1 statuses")
     assert run.watchers[0].stopped.is_set()
+
+
+def test_the_wait_for_ready_lasts_while_the_count_rises_and_stops_when_it_stalls(monkeypatch) -> None:
+    """The count rises slowly (the control plane's pace): the wait goes on past any fixed budget;
+    once it stops rising for ``stall_s`` the wait ends with the count reached."""
+
+    clock = [0.0]
+    monkeypatch.setattr(osb.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(osb.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    monkeypatch.setattr(osb, "log", lambda _text: None)
+    ready_at = {0: 0, 1: 0, 2: 1, 3: 1, 4: 2}  # polls (100 s apart) -> resources Ready; then stuck at 2
+
+    class Api:
+        polls = 0
+
+        def request(self, verb: str, path: str) -> dict:
+            count = ready_at.get(Api.polls, 2)
+            Api.polls += 1
+            return {"items": [{"status": {"phase": "Ready" if i < count else "Progressing"}} for i in range(3)]}
+
+    run = object.__new__(osb.OperatorRun)
+    run.api, run.namespace = Api(), "ns"
+    run.result = osb.OperatorResult(name="ours", count=3)
+    run.ctx = type("Ctx", (), {"count": 3, "converge_timeout_s": 3600.0,
+                               "crd": type("Crd", (), {"collection": staticmethod(lambda ns: f"/c/{ns}")})()})()
+    assert run._wait_all_ready(stall_s=250.0, poll_s=100.0) == 2
+    assert clock[0] == 700.0  # the last rise at 400 s, then 300 s (3 polls) without one
+    ready_at.update({5: 3})
+    Api.polls, clock[0] = 0, 0.0
+    assert run._wait_all_ready(stall_s=250.0, poll_s=100.0) == 3  # all Ready at the sixth poll
+    assert clock[0] == 500.0
+
+
+def test_reread_prints_what_the_run_printed_from_its_saved_report(tmp_path, capsys) -> None:
+    from dataclasses import asdict
+
+    ours = result("ours", converge_control_plane_cpu_s={"kube-apiserver": 12.5})
+    targets = osb.evaluate(ours, None)
+    report = {"count": 1000, "operators": {"ours": asdict(ours)},
+              "rounds": [{"ours": {"converge_children_s": 10.0, "converge_status_s": 12.0, "converge_cpu_s": 10.0,
+                                   "converge_writes": None, "errors": []}}],
+              "targets": [asdict(t) for t in targets], "against_minimal": [],
+              "failures": ["a reason"], "inconclusive": []}
+    text = osb.format_report(json.loads(json.dumps(report)))
+    assert text == (osb.format_table([ours]) + "\n\nTargets (the project's operator):\n" + osb.format_targets(targets)
+                    + "\n\nFAILED:\n- a reason")  # one round: no rounds table
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    assert osb.main(["--reread", str(tmp_path / "r.json"), "--pack", str(tmp_path / "no-pack")]) == 0
+    assert capsys.readouterr().out == text + "\n"
