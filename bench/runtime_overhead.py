@@ -323,10 +323,14 @@ def after_idle_stats(after_idle: Sequence[tuple[float, float]], warm: Sequence[f
 
 
 def bench_config(model_dir: Path, work_dir: Path, engine_port: int, runtime_port: int,
-                 engine_command: Sequence[str], cpus: int, *, policy: str = "auto", warmup: bool = True, max_num_seqs: int = 8,
-                 warmup_lengths: Sequence[int] | None = None, warmup_concurrency: Sequence[int] | None = None
-                 ) -> dict[str, Any]:
+                 engine_command: Sequence[str], *, policy: str = "auto", warmup: bool = True, max_num_seqs: int = 8,
+                 warmup_lengths: Sequence[int] | None = None, warmup_concurrency: Sequence[int] | None = None,
+                 engine_env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The engine config of one start: the CPU settings that work here, a cache of its own.
+
+    The CPU threads are left to the runtime's default (``ascend_runtime.flags.cpu_binding_env``:
+    here, cores shared with the rest of the machine, ``nobind`` and one OpenMP thread fewer than
+    the cores), for the bare engine too (its command comes from ``ascend-llm flags``), as in a pod.
 
     Without ``warmup_lengths`` / ``warmup_concurrency`` the runtime derives its warmup plan from
     the engine's configuration (ascend_runtime.warmup.derived_plan), as a pod does by default.
@@ -347,9 +351,9 @@ def bench_config(model_dir: Path, work_dir: Path, engine_port: int, runtime_port
             "maxNumSeqs": max_num_seqs, "shutdownTimeoutS": 30,
             "env": {
                 "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_CPU_OMP_THREADS_BIND": f"0-{cpus - 1}" if cpus > 1 else "0",
                 "VLLM_CACHE_ROOT": str(work_dir / "vllm-cache"),
                 "TMPDIR": str(work_dir / "tmp"),
+                **(engine_env or {}),
             },
         },
         "graph": {"policy": policy},
@@ -857,7 +861,6 @@ class Bench:
         self.log_dir = options.work_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.procs = Processes(self.log_dir)
-        self.cpus = min(os.cpu_count() or 1, 2)
         self.model = options.model
         self.report: dict[str, Any] = {"firstRequest": []}
 
@@ -868,7 +871,7 @@ class Bench:
         start_dir = self.o.work_dir / name
         (start_dir / "tmp").mkdir(parents=True, exist_ok=True)
         assert self.model is not None
-        config = bench_config(self.model, start_dir, free_port(), free_port(), self.o.engine_command, self.cpus,
+        config = bench_config(self.model, start_dir, free_port(), free_port(), self.o.engine_command,
                               **kwargs)
         path = start_dir / "engine-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))

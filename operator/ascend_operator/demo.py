@@ -100,7 +100,6 @@ def render_local_config(resource: dict[str, Any], model_dir: Path, work_dir: Pat
     cache = work_dir / "vllm-cache"
     config.engine.env.setdefault("VLLM_CACHE_ROOT", str(cache))
     config.engine.env.setdefault("TMPDIR", str(work_dir / "tmp"))
-    config.engine.env.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{max((os.cpu_count() or 1) - 1, 0)}")
     return config.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 

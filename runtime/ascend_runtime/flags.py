@@ -690,21 +690,35 @@ def _additional_config(
 #: vLLM's CPU backend binds its OpenMP threads to cores it picks (``auto``: the first cores of a
 #: NUMA node, one core kept for the rest) or to a list; ``nobind`` leaves them to the kernel.
 CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+OMP_THREADS_ENV = "OMP_NUM_THREADS"
 
 
 def cpu_binding_env(versions: Versions, env: Mapping[str, str], base_env: Mapping[str, str]) -> dict[str, str]:
     """``VLLM_CPU_OMP_THREADS_BIND=nobind`` for vLLM's CPU backend in a container that shares the
-    node's cores, unless engine.env or the image sets it.
+    node's cores, unless engine.env or the image sets it; with ``nobind`` (ours or theirs),
+    ``OMP_NUM_THREADS`` one fewer than the CPUs the container may use (at least 1), unless set.
 
     ``auto`` picks the same core ids in every container that sees the whole machine, so every
     engine on a node binds to core 0: on the real node a second engine's worker, starting beside
     one that served requests, got under 1 % of a core for minutes (a RollingUpdate never finished,
     tests/node/test_node_restarts.py). With exclusive CPUs (the kubelet's static CPU manager, a
-    Guaranteed pod) the cpuset is the container's own and ``auto`` binds within it."""
+    Guaranteed pod) the cpuset is the container's own and ``auto`` binds within it.
 
-    if versions.platform != "cpu" or not versions.shared_cpus or CPU_BIND_ENV in env or CPU_BIND_ENV in base_env:
+    ``nobind`` alone leaves torch one thread per core of the node. vLLM's scheduler process and
+    its workers' message-queue readers spin for a second after each message; an OpenMP thread
+    on every core then waits on them at each parallel region, and a request after a short idle
+    pause was slow. One core left to them, as ``auto`` leaves (bench/cpu_threads.py)."""
+
+    if versions.platform != "cpu":
         return {}
-    return {CPU_BIND_ENV: "nobind"}
+    out: dict[str, str] = {}
+    bind = env.get(CPU_BIND_ENV, base_env.get(CPU_BIND_ENV))
+    if bind is None and versions.shared_cpus:
+        bind = out[CPU_BIND_ENV] = "nobind"
+    if (bind == "nobind" and versions.usable_cpus is not None
+            and OMP_THREADS_ENV not in env and OMP_THREADS_ENV not in base_env):
+        out[OMP_THREADS_ENV] = str(max(1, versions.usable_cpus - 1))
+    return out
 
 
 def _engine_env(

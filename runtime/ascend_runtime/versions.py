@@ -76,6 +76,8 @@ class Versions:
     #: exclusive CPUs (no static CPU manager policy, or not Guaranteed) shares the node's cores
     #: with every other container: see :func:`ascend_runtime.flags.cpu_binding_env`.
     shared_cpus: bool | None = None
+    #: CPUs this process may use: its affinity, capped by its cgroup's CPU limit (``None``: unknown).
+    usable_cpus: int | None = None
 
     def vllm_at_least(self, minimum: str) -> bool:
         return version_at_least(self.vllm, minimum)
@@ -187,6 +189,37 @@ def cpus_shared(root: Path, affinity: Callable[[], set[int] | None] = _affinity)
     return allowed >= online
 
 
+def cgroup_cpu_limit(root: Path) -> float | None:
+    """The container's CPU limit in CPUs (cgroup v2 ``cpu.max``, else v1's CFS quota over its
+    period); None without a limit or a readable file."""
+
+    cgroup = root / "sys" / "fs" / "cgroup"
+    try:
+        quota, _, period = (cgroup / "cpu.max").read_text(encoding="ascii").strip().partition(" ")
+        return None if quota == "max" else int(quota) / int(period or "100000")
+    except (OSError, ValueError):
+        pass
+    for folder in ("cpu", "cpu,cpuacct"):
+        try:
+            quota_us = int((cgroup / folder / "cpu.cfs_quota_us").read_text(encoding="ascii"))
+            period_us = int((cgroup / folder / "cpu.cfs_period_us").read_text(encoding="ascii"))
+        except (OSError, ValueError):
+            continue
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    return None
+
+
+def usable_cpus(root: Path, affinity: Callable[[], set[int] | None] = _affinity) -> int | None:
+    """The CPUs this process may use: its affinity, capped by the cgroup's CPU limit rounded
+    down (at least 1); None when the affinity is unknown."""
+
+    allowed = affinity()
+    if not allowed:
+        return None
+    limit = cgroup_cpu_limit(root)
+    return max(1, min(len(allowed), int(limit))) if limit is not None else len(allowed)
+
+
 def detect_versions(
     env: Mapping[str, str] | None = None,
     which: Callable[[str], str | None] = shutil.which,
@@ -227,6 +260,7 @@ def detect_versions(
         chip_name=env.get(CHIP_NAME_ENV) or None,
         runai_streamer=distribution_version("runai-model-streamer"),
         shared_cpus=cpus_shared(root, affinity),
+        usable_cpus=usable_cpus(root, affinity),
     )
     return apply_assumed_versions(detected, env.get(ASSUME_VERSIONS_ENV, ""))
 

@@ -126,7 +126,7 @@ def operator_release(realnode: RealNode, images: Images, model_root: Path, cache
     finally:
         started = time.monotonic()
         uninstall_operator(realnode, release)
-        print(f"helm uninstall: {time.monotonic() - started:.1f}s", file=sys.stderr)
+        uninstalled_s = time.monotonic() - started
     # The tests deleted their resources; with the chart uninstalled too, nothing of the project
     # may stay on the node: no container or sandbox, no volume mount, no pod directory.
     left: dict[str, float] = {}  # what was still there, and when last seen (said below)
@@ -141,7 +141,8 @@ def operator_release(realnode: RealNode, images: Images, model_root: Path, cache
           file=sys.stderr)
     wait_for("no mount left under the kubelet's pods directory", lambda: not realnode.pod_mounts(), 60, 1.0)
     wait_for("no pod directory left in the kubelet's root", lambda: not realnode.pod_dirs(), 60, 1.0)
-    print(f"helm uninstall -> nothing left on the node: {time.monotonic() - started:.1f}s", file=sys.stderr)
+    print(f"helm uninstall: {uninstalled_s:.1f}s; nothing left on the node after {time.monotonic() - started:.1f}s",
+          file=sys.stderr)
 
 
 @pytest.fixture

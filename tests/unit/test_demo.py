@@ -34,6 +34,8 @@ def test_local_config_is_the_pod_config_adapted_to_localhost(tmp_path):
     assert config.engine.command[1:] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert config.engine.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert config.engine.env["VLLM_CACHE_ROOT"] == str(tmp_path / "vllm-cache")
+    # The CPU threads are the runtime's default, as in a pod (ascend_runtime.flags.cpu_binding_env).
+    assert {"VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS"}.isdisjoint(config.engine.env)
     # What the example asks for reaches the engine config unchanged.
     assert config.engine.max_model_len == 512
     assert config.engine.dtype == "float32"

@@ -462,9 +462,27 @@ def test_platform_env_defaults_leave_set_values_alone() -> None:
         (dataclasses.replace(CPU, shared_cpus=True), {}, {"VLLM_CPU_OMP_THREADS_BIND": "auto"}, {}),
         # Not vLLM's CPU backend.
         (dataclasses.replace(V23, shared_cpus=True), {}, {}, ASCEND_ENV),
+        # nobind with the usable CPUs known: one fewer OpenMP thread, one core for vLLM's spinners.
+        (dataclasses.replace(CPU, shared_cpus=True, usable_cpus=2), {}, {},
+         {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}),
+        (dataclasses.replace(CPU, shared_cpus=True, usable_cpus=8), {}, {},
+         {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "7"}),
+        (dataclasses.replace(CPU, shared_cpus=True, usable_cpus=1), {}, {},
+         {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}),
+        # The user's nobind gets the thread count too; their OMP_NUM_THREADS wins, in either place.
+        (dataclasses.replace(CPU, shared_cpus=False, usable_cpus=4), {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}, {},
+         {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "3"}),
+        (dataclasses.replace(CPU, shared_cpus=True, usable_cpus=4), {"OMP_NUM_THREADS": "4"}, {},
+         {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "4"}),
+        (dataclasses.replace(CPU, shared_cpus=True, usable_cpus=4), {}, {"OMP_NUM_THREADS": "2"},
+         {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}),
+        # A core list or auto: vLLM sets the threads from it.
+        (dataclasses.replace(CPU, shared_cpus=True, usable_cpus=4), {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}, {},
+         {"VLLM_CPU_OMP_THREADS_BIND": "0-1"}),
+        (dataclasses.replace(CPU, shared_cpus=False, usable_cpus=4), {}, {}, {}),
     ],
 )
-def test_cpu_thread_binding_is_left_to_the_kernel_on_shared_cores(
+def test_cpu_threads_are_left_to_the_kernel_on_shared_cores_with_one_core_for_vllms_spinners(
         versions: Versions, env: dict[str, str], base_env: dict[str, str], expected: dict[str, str]) -> None:
     command = render_engine_command(env_config(env), versions, EAGER, base_env=base_env)
     assert command.env == expected

