@@ -28,6 +28,8 @@ misbehaves on request through environment variables:
 - ``FAKE_ENGINE_ENV_LOG``: append one JSON line per launch with the cache variables it got
   (``VLLM_CACHE_ROOT``, ``TORCHAIR_CACHE_HOME``, ``HF_HUB_OFFLINE``), and the adapter token
   (``ASCEND_LLM_ADAPTER_TOKEN``) when it got one, to this file.
+- ``FAKE_ENGINE_THREADS_LOG``: append one JSON line per launch with the CPU thread settings it
+  got (``VLLM_CPU_OMP_THREADS_BIND``, ``OMP_NUM_THREADS``, each when set) to this file.
 - ``FAKE_ENGINE_COMPILE``: in a graph mode, "compile" as vLLM does: write an artefact under
   ``$VLLM_CACHE_ROOT/torch_compile_cache/`` (warm caches keep it).
 - ``FAKE_ENGINE_CAPTURE_FAIL_MODES``: the graph modes in which ``FAKE_ENGINE_CAPTURE_FAIL``
@@ -432,6 +434,10 @@ async def main() -> None:
     if log := os.environ.get("FAKE_ENGINE_LAUNCH_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(sys.argv[1:]) + "\n")
+    if log := os.environ.get("FAKE_ENGINE_THREADS_LOG"):
+        with open(log, "a", encoding="utf-8") as handle:
+            names = ("VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
+            handle.write(json.dumps({name: os.environ[name] for name in names if name in os.environ}) + "\n")
     if log := os.environ.get("FAKE_ENGINE_ENV_LOG"):
         with open(log, "a", encoding="utf-8") as handle:
             names = ("VLLM_CACHE_ROOT", "TORCHAIR_CACHE_HOME", "HF_HUB_OFFLINE")
