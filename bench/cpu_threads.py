@@ -15,7 +15,7 @@ is ``batch`` concurrent requests of 16 tokens; its time is the slowest request's
 Figures per setting and cell: the median wave time (ms) per gap, and the worst gap's median over
 the no-gap median (``worst/0``): a first request after a pause is as fast as a warm one when it
 is near 1. Every started engine is stopped, also on errors and Ctrl-C. Exit status 0 when the run
-completed, 1 when a start failed. The pure parts (``cell_stats``, ``format_report``) are tested by
+completed, 1 when a start failed, 2 for a --reread file that is not a report. The pure parts (``cell_stats``, ``format_report``) are tested by
 tests/unit/test_cpu_threads_bench.py.
 """
 
@@ -142,7 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="A local model directory (default: build the tiny model).")
     args = parser.parse_args(argv)
     if args.reread:
-        print(format_report(json.loads(Path(args.reread).read_text(encoding="utf-8"))))
+        try:
+            print(format_report(json.loads(Path(args.reread).read_text(encoding="utf-8"))))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"cpu_threads: --reread {args.reread}: not a saved --json report ({error!r})", file=sys.stderr)
+            return 2
         return 0
     try:
         report = run(Path(args.work_dir).resolve(), Path(args.model).resolve() if args.model else None)

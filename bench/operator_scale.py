@@ -1073,7 +1073,7 @@ class OperatorRun:
         give up after ``stall_s`` without a new one (or the converge timeout in all); the count Ready.
 
         How long it takes is the control plane's pace, not the operator's: at 10,000 resources
-        here the controller manager made the last ReplicaSets over half an hour after the
+        here the controller manager made the last ReplicaSets about half an hour after the
         operator's last status (bench/README.md), past any fixed budget sized from 1,000."""
 
         poll_s = poll_s if poll_s is not None else (2 if self.ctx.count <= 1000 else 10)
@@ -1314,7 +1314,11 @@ def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.reread is not None:
-        print(format_report(json.loads(args.reread.read_text(encoding="utf-8"))))
+        try:
+            print(format_report(json.loads(args.reread.read_text(encoding="utf-8"))))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            print(f"operator_scale: --reread {args.reread}: not a saved --out report ({error!r})", file=sys.stderr)
+            return 2
         return 0
     plane = ControlPlane(args.pack, args.workdir, args.port_base)
     handlers = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}

@@ -38,3 +38,10 @@ def test_format_report_puts_each_setting_and_cell_on_a_row(tmp_path, capsys) -> 
 def test_every_setting_is_a_valid_engine_env_and_the_default_sets_nothing() -> None:
     assert ct.VARIANTS["default"][1] == {}
     assert all(set(env) <= {"VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS"} for _, env in ct.VARIANTS.values())
+
+
+def test_reread_of_a_file_that_is_not_a_report_exits_2_naming_the_option(tmp_path, capsys) -> None:
+    (tmp_path / "x.json").write_text("[1, 2]")
+    assert ct.main(["--reread", str(tmp_path / "missing.json")]) == 2
+    assert ct.main(["--reread", str(tmp_path / "x.json")]) == 2
+    assert capsys.readouterr().err.count("cpu_threads: --reread ") == 2

@@ -535,3 +535,10 @@ def test_reread_prints_what_the_run_printed_from_its_saved_report(tmp_path, caps
     (tmp_path / "r.json").write_text(json.dumps(report))
     assert osb.main(["--reread", str(tmp_path / "r.json"), "--pack", str(tmp_path / "no-pack")]) == 0
     assert capsys.readouterr().out == text + "\n"
+
+
+def test_reread_of_a_file_that_is_not_a_report_exits_2_naming_the_option(tmp_path, capsys) -> None:
+    (tmp_path / "x.json").write_text('{"count": 1}')
+    assert osb.main(["--reread", str(tmp_path / "missing.json"), "--pack", str(tmp_path)]) == 2
+    assert osb.main(["--reread", str(tmp_path / "x.json"), "--pack", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.count("operator_scale: --reread ") == 2
