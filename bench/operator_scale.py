@@ -8,7 +8,8 @@ API are used, so the benchmark outlives rewrites of the operator.
 
 For each operator in turn, in a fresh namespace: start it as a subprocess (``--standalone -n NS``,
 ``KUBECONFIG``), server-side apply N resources at once from a thread pool (the CPU spec of
-``examples/cpu-tiny.yaml``, distinct names), and measure
+``examples/cpu-tiny.yaml``, distinct names), and measure (``--per-namespace M``: in fresh
+namespaces of M resources each, the operator watching every namespace; :class:`Layout`)
 
 - converge time: first apply to the last child present (ConfigMap, Deployment, Service and
   PodDisruptionBudget, each owned by its resource), and to the last status written
@@ -224,6 +225,8 @@ class OperatorResult:
     converge_control_plane_cpu_s: dict[str, float] = field(default_factory=dict)
     #: Resources whose status said Ready before the idle window (the project's operator).
     ready: int | None = None
+    #: Namespaces the resources were spread over (``--per-namespace``; 1: all in one).
+    namespaces: int = 1
     errors: list[str] = field(default_factory=list)
 
 
@@ -386,6 +389,9 @@ def format_table(results: Sequence[OperatorResult]) -> str:
          + (f" (in {r.restart_window_s:.0f} s{'' if r.restart_idle else ', not idle'})"
             if r.restart_window_s is not None else "")),
     ]
+    if any(r.namespaces > 1 for r in results):  # a row only where the layout is not the default
+        rows.insert(1, ("namespaces (resources in each)",
+                        lambda r: f"{r.namespaces} ({-(-r.count // r.namespaces)})"))
     lines = ["| | " + " | ".join(r.name for r in results) + " |", "|---" * (len(results) + 1) + "|"]
     lines += [f"| {label} | " + " | ".join(cell(r) for r in results) + " |" for label, cell in rows]
     return "\n".join(lines)
@@ -540,7 +546,61 @@ class Crd:
         return cls(spec["group"], version, spec["names"]["plural"], spec["names"]["kind"], body)
 
     def collection(self, namespace: str) -> str:
-        return f"/apis/{self.group}/{self.version}/namespaces/{namespace}/{self.plural}"
+        return self.collection_template().format(ns=namespace)
+
+    def collection_template(self) -> str:
+        """The namespaced collection's path with ``{ns}`` (as in :data:`CHILD_COLLECTIONS`)."""
+
+        return f"/apis/{self.group}/{self.version}/namespaces/{{ns}}/{self.plural}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one run's resources go. By default every one in one namespace, which the operator
+    alone watches (``-n NS``). With ``--per-namespace N``: ``N`` to a namespace, in as many as it
+    takes, and the operator watches every namespace (the chart's default, ``watchNamespaces: []``).
+    The layout decides the control plane's work, not only the operator's: the endpoint and
+    disruption controllers match each pod against every Service and PodDisruptionBudget of its
+    namespace, so with all in one namespace their work grows with the square of the count."""
+
+    namespaces: tuple[str, ...]
+    #: Resources to a namespace; 0: all in the one namespace.
+    per_namespace: int = 0
+
+    @property
+    def every_namespace(self) -> bool:
+        """Whether the operator watches every namespace (and the bench's watches are cluster-wide)."""
+
+        return self.per_namespace > 0
+
+    def namespace_of(self, index: int) -> str:
+        """The namespace of the resource with this index (0-based, in the order of the names)."""
+
+        return self.namespaces[index // self.per_namespace if self.per_namespace else 0]
+
+    def path(self, template: str) -> str:
+        """A collection to list and watch: the one namespace's, or the whole cluster's."""
+
+        if self.every_namespace:
+            return template.replace("/namespaces/{ns}", "")
+        return template.format(ns=self.namespaces[0])
+
+    def holds(self, metadata: Mapping[str, Any]) -> bool:
+        """Whether an object seen by a cluster-wide watch is in one of this run's namespaces."""
+
+        return not self.every_namespace or metadata.get("namespace") in self.namespaces
+
+    def describe(self, count: int) -> str:
+        if not self.every_namespace:
+            return f"namespace {self.namespaces[0]}"
+        return (f"{len(self.namespaces)} namespaces of {self.per_namespace} ({self.namespaces[0]}, ...), "
+                "the operator watching every namespace")
+
+
+def namespace_count(count: int, per_namespace: int) -> int:
+    """How many namespaces ``count`` resources take at ``per_namespace`` each (0: all in one)."""
+
+    return -(-count // per_namespace) if per_namespace else 1
 
 
 def install_crd(api: Api, crd: Crd, timeout_s: float = 60) -> None:
@@ -768,6 +828,8 @@ class RunContext:
     log_dir: Path
     #: The started pack's ``run`` directory (its processes' pid files); None for ``--kubeconfig``.
     plane_run_dir: Path | None = None
+    #: Resources to a namespace (``--per-namespace``); 0: all in one namespace (:class:`Layout`).
+    per_namespace: int = 0
 
 
 #: The spec's pod resources here: small enough that one pod per resource fits the nodes'
@@ -822,13 +884,18 @@ def fit_the_cluster(api: Api, count: int) -> int:
     return needed
 
 
-def operator_command(name: str, namespace: str, ascend_llm: str, baseline: str | None = None) -> list[str]:
+def operator_command(name: str, namespace: str | None, ascend_llm: str, baseline: str | None = None) -> list[str]:
+    """The operator's command line: watching ``namespace``, or every namespace when None."""
+
     if name in PROJECT:
         cli = baseline if name == BASELINE else ascend_llm
         if not cli:
             raise ValueError(f"the {BASELINE} operator needs --baseline (its CLI)")
-        return [cli, "operator", "run", "--standalone", "-n", namespace]
-    return [sys.executable, "-m", "kopf", "run", "--standalone", "-n", namespace, str(MINIMAL_OPERATOR)]
+        # Without -n (and without ASCEND_LLM_OPERATOR_NAMESPACES, which operator_env drops) the
+        # project's operator watches every namespace.
+        return [cli, "operator", "run", "--standalone", *(["-n", namespace] if namespace else [])]
+    scope = ["-n", namespace] if namespace else ["--all-namespaces"]
+    return [sys.executable, "-m", "kopf", "run", "--standalone", *scope, str(MINIMAL_OPERATOR)]
 
 
 def operator_env(ctx: RunContext, name: str = OURS) -> dict[str, str]:
@@ -848,8 +915,10 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def create_namespace(api: Api, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+def create_namespace(api: Api, prefix: str, name: str | None = None) -> str:
+    """Create ``name`` (default: the prefix and a random suffix) and wait for its ServiceAccount."""
+
+    name = name or f"{prefix}-{uuid.uuid4().hex[:6]}"
     api.request("POST", "/api/v1/namespaces",
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     deadline = time.monotonic() + 30
@@ -928,34 +997,59 @@ def wait_idle(api: Api, op: OperatorProcess, before: Counter[WriteKey], check: I
     return False, time.monotonic() - start, requests
 
 
+def create_layout(ctx: RunContext, prefix: str) -> Layout:
+    """The run's namespaces, made (and their ServiceAccounts there) before the operator starts."""
+
+    if not ctx.per_namespace:
+        return Layout((create_namespace(ctx.api, prefix),))
+    tag = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    names = [f"{tag}-{index:03d}" for index in range(namespace_count(ctx.count, ctx.per_namespace))]
+    with concurrent.futures.ThreadPoolExecutor(ctx.workers) as pool:
+        list(pool.map(lambda name: create_namespace(ctx.api, prefix, name), names))
+    return Layout(tuple(names), ctx.per_namespace)
+
+
 class OperatorRun:
-    """One operator's run in its own namespace: converge, idle, restart, cleanup."""
+    """One operator's run in its own namespaces (:class:`Layout`): converge, idle, restart, cleanup."""
 
     def __init__(self, ctx: RunContext, name: str, ascend_llm: str, log_suffix: str = "",
                  delete_namespace: bool = True, baseline: str | None = None) -> None:
         self.ctx, self.api = ctx, ctx.api
         self.delete_namespace = delete_namespace
-        self.result = OperatorResult(name=name, count=ctx.count)
-        self.namespace = create_namespace(ctx.api, f"bench-{name}")
+        self.layout = create_layout(ctx, f"bench-{name}")
+        self.result = OperatorResult(name=name, count=ctx.count, namespaces=len(self.layout.namespaces))
         self.names = [f"llm-{index:04d}" for index in range(ctx.count)]
+        self.namespace_of = {name: self.layout.namespace_of(index) for index, name in enumerate(self.names)}
         self.tracker = Tracker(self.names, ctx.crd.kind)
         self.cpu_start = 0.0
         self.plane_cpu_start: dict[str, float] = {}
-        self.op = OperatorProcess(name, operator_command(name, self.namespace, ascend_llm, baseline), operator_env(ctx, name),
+        scope = None if self.layout.every_namespace else self.layout.namespaces[0]
+        self.op = OperatorProcess(name, operator_command(name, scope, ascend_llm, baseline), operator_env(ctx, name),
                                   ctx.log_dir / f"{name}-operator{log_suffix}.log")
         self.watchers = [
-            Watcher(self.api, path.format(ns=self.namespace), METADATA_ONLY, METADATA_ONLY_WATCH,
-                    lambda obj, kind=kind: self.tracker.child(kind, obj["metadata"]))
+            Watcher(self.api, self.layout.path(path), METADATA_ONLY, METADATA_ONLY_WATCH,
+                    lambda obj, kind=kind: self.seen_child(kind, obj))
             for kind, path in CHILD_COLLECTIONS.items()
         ]
-        self.watchers.append(Watcher(self.api, ctx.crd.collection(self.namespace), "application/json",
-                                     "application/json", self.tracker.resource))
+        self.watchers.append(Watcher(self.api, self.layout.path(ctx.crd.collection_template()), "application/json",
+                                     "application/json", self.seen_resource))
+
+    def seen_child(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A child from a watch; one outside the run's namespaces (a cluster-wide watch) is not counted."""
+
+        if self.layout.holds(obj["metadata"]):
+            self.tracker.child(kind, obj["metadata"])
+
+    def seen_resource(self, obj: Mapping[str, Any]) -> None:
+        if self.layout.holds(obj["metadata"]):
+            self.tracker.resource(obj)
 
     def run(self, full: bool = True) -> OperatorResult:
         """Converge, then (``full``) the idle window and the restart; then clean up."""
 
         result = self.result
-        log(f"{result.name}: namespace {self.namespace}, {self.ctx.count} resources, log {self.op.log_path}")
+        log(f"{result.name}: {self.layout.describe(self.ctx.count)}, {self.ctx.count} resources, "
+            f"log {self.op.log_path}")
         try:
             self.converge()
             if full:
@@ -1035,8 +1129,8 @@ class OperatorRun:
             f"operator CPU {result.converge_cpu_s} s, RSS peak {mb(self.op.peak_rss)} MB")
 
     def _apply(self, name: str) -> None:
-        collection = self.ctx.crd.collection(self.namespace)
-        self.api.apply(f"{collection}/{name}", resource_body(self.ctx, name, self.namespace))
+        namespace = self.namespace_of[name]
+        self.api.apply(f"{self.ctx.crd.collection(namespace)}/{name}", resource_body(self.ctx, name, namespace))
         self.tracker.applied[name] = time.monotonic()
 
     def idle(self) -> None:
@@ -1077,12 +1171,13 @@ class OperatorRun:
         operator's last status (bench/README.md), past any fixed budget sized from 1,000."""
 
         poll_s = poll_s if poll_s is not None else (2 if self.ctx.count <= 1000 else 10)
-        collection = self.ctx.crd.collection(self.namespace)
+        collection = self.layout.path(self.ctx.crd.collection_template())
         started = last_rise = time.monotonic()
         ready = best = 0
         while True:
             items = self.api.request("GET", collection)["items"]
-            ready = sum(1 for item in items if (item.get("status") or {}).get("phase") == "Ready")
+            ready = sum(1 for item in items if self.layout.holds(item["metadata"])
+                        and (item.get("status") or {}).get("phase") == "Ready")
             now = time.monotonic()
             if ready >= self.ctx.count:
                 log(f"{self.result.name}: all {ready} resources Ready ({now - started:.0f} s after the last status)")
@@ -1132,13 +1227,14 @@ class OperatorRun:
         self.op.stop()
         if not self.delete_namespace:  # the control plane is wiped before the next run
             return
-        log(f"{self.result.name}: deleting namespace {self.namespace}")
-        try:
-            problem = delete_namespace(self.ctx, self.namespace)
-        except Exception as error:  # noqa: BLE001
-            problem = f"cleanup of {self.namespace}: {error}"
-        if problem:
-            self.result.errors.append(problem)
+        for namespace in self.layout.namespaces:
+            log(f"{self.result.name}: deleting namespace {namespace}")
+            try:
+                problem = delete_namespace(self.ctx, namespace)
+            except Exception as error:  # noqa: BLE001
+                problem = f"cleanup of {namespace}: {error}"
+            if problem:
+                self.result.errors.append(problem)
 
 
 # ------------------------------------------------------------------------------------- main
@@ -1216,6 +1312,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "the operator's longest retry of an unreadable runtime (300 s), it holds a "
                              "whole cycle of those reads instead of the quiet start of one.")
     parser.add_argument("--workers", type=int, default=16, help="Threads that apply the resources.")
+    parser.add_argument("--per-namespace", type=int, default=0, metavar="N",
+                        help="Spread the resources over namespaces of N each, the operator watching every "
+                             "namespace (the chart's default). Default: all in one namespace, which the "
+                             "operator alone watches.")
     parser.add_argument("--keep-cluster", action="store_true",
                         help="Run every operator on the same control plane (default: the pack is wiped and "
                              "started again before each run, so no run inherits another's deleted objects; "
@@ -1266,6 +1366,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--count must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.per_namespace < 0:
+        parser.error("--per-namespace must be at least 1 (or 0: all in one namespace)")
     if args.linear_from is not None:
         try:
             args.linear_from_report = json.loads(args.linear_from.read_text())
@@ -1274,6 +1376,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if int(args.linear_from_report.get("count", 0)) >= args.count:
             parser.error(f"--linear-from: its run had {args.linear_from_report.get('count')} resources, "
                          f"not fewer than --count {args.count}")
+        earlier = int(args.linear_from_report.get("per_namespace") or 0)
+        if earlier != args.per_namespace:  # the control plane's work differs with the layout
+            parser.error(f"--linear-from: its run had --per-namespace {earlier} (0: all in one namespace), "
+                         f"this one {args.per_namespace}; compare runs of one layout")
     if args.resync_interval <= 0:
         parser.error("--resync-interval must be positive")
     if args.idle_window is not None and args.idle_window <= 0:
@@ -1308,7 +1414,8 @@ def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: 
                       idle_window_s=args.idle_window or 2 * args.resync_interval + 5,
                       converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
                       restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir,
-                      plane_run_dir=None if args.kubeconfig else args.workdir / "run")
+                      plane_run_dir=None if args.kubeconfig else args.workdir / "run",
+                      per_namespace=args.per_namespace)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1391,7 +1498,8 @@ def _run(args: argparse.Namespace, plane: ControlPlane) -> int:
             failed += [f"{name} operator: {error}" for error in results[name].errors]
     undecided = [f"{t.name}: {t.detail}" for t in targets if t.passed is None and t.value is not None]
     report = {
-        "count": args.count, "resync_interval_s": args.resync_interval, "workers": args.workers,
+        "count": args.count, "per_namespace": args.per_namespace,
+        "resync_interval_s": args.resync_interval, "workers": args.workers,
         "commit": commit, "cpus": os.cpu_count(),
         "load_average_start": load_start, "load_average_end": os.getloadavg(),
         "python": platform.python_version(), "wall_s": round(time.monotonic() - started, 1),

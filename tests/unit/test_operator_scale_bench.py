@@ -367,6 +367,66 @@ def test_growth_without_every_round_converged_is_not_measured() -> None:
         osb.growth([600.0], 1000, earlier_run(80.0))
 
 
+def test_the_default_layout_puts_every_resource_in_one_namespace_the_operator_alone_watches() -> None:
+    layout = osb.Layout(("bench-ours-1",))
+    assert not layout.every_namespace
+    assert [layout.namespace_of(i) for i in (0, 9999)] == ["bench-ours-1", "bench-ours-1"]
+    assert layout.path(osb.CHILD_COLLECTIONS["Service"]) == "/api/v1/namespaces/bench-ours-1/services"
+    assert layout.holds({"namespace": "elsewhere"})  # its watches are the namespace's own
+    assert osb.operator_command("ours", "bench-ours-1", "/x/ascend-llm") == [
+        "/x/ascend-llm", "operator", "run", "--standalone", "-n", "bench-ours-1"]
+
+
+def test_per_namespace_spreads_the_resources_and_the_operator_watches_every_namespace() -> None:
+    assert [osb.namespace_count(c, 100) for c in (1000, 10000, 1001, 50)] == [10, 100, 11, 1]
+    assert osb.namespace_count(10000, 0) == 1
+    layout = osb.Layout(tuple(f"b-{i:03d}" for i in range(10)), per_namespace=100)
+    assert layout.every_namespace
+    assert [layout.namespace_of(i) for i in (0, 99, 100, 999)] == ["b-000", "b-000", "b-001", "b-009"]
+    assert layout.path(osb.CHILD_COLLECTIONS["PodDisruptionBudget"]) == "/apis/policy/v1/poddisruptionbudgets"
+    crd = osb.Crd("llm.ascend.dev", "v1alpha1", "ascendllmdeployments", "AscendLLMDeployment", {})
+    assert layout.path(crd.collection_template()) == "/apis/llm.ascend.dev/v1alpha1/ascendllmdeployments"
+    assert crd.collection("b-001") == "/apis/llm.ascend.dev/v1alpha1/namespaces/b-001/ascendllmdeployments"
+    assert layout.holds({"namespace": "b-004"}) and not layout.holds({"namespace": "kube-system"})
+    assert osb.operator_command("ours", None, "/x/ascend-llm") == ["/x/ascend-llm", "operator", "run", "--standalone"]
+    assert osb.operator_command("minimal", None, "/x/ascend-llm")[-2:] == ["--all-namespaces",
+                                                                          str(osb.MINIMAL_OPERATOR)]
+
+
+def test_a_cluster_wide_watch_tracks_only_the_runs_namespaces() -> None:
+    """A child or status seen in another namespace (an earlier round's, another user's) is not counted."""
+
+    run = object.__new__(osb.OperatorRun)
+    run.layout = osb.Layout(("b-000", "b-001"), per_namespace=1)
+    run.tracker = osb.Tracker(["llm-0000"], "K")
+    owned = [{"kind": "K", "name": "llm-0000"}]
+    run.seen_resource({"metadata": {"name": "llm-0000", "namespace": "old"}, "status": {"observedGeneration": 1}})
+    run.seen_child("Service", {"metadata": {"namespace": "old", "ownerReferences": owned}})
+    assert run.tracker.status == {} and run.tracker.children == {}
+    run.seen_resource({"metadata": {"name": "llm-0000", "namespace": "b-001"}, "status": {"observedGeneration": 1}})
+    run.seen_child("Service", {"metadata": {"namespace": "b-001", "ownerReferences": owned}})
+    assert list(run.tracker.status) == ["llm-0000"] and list(run.tracker.children) == [("Service", "llm-0000")]
+
+
+def test_the_table_names_the_layout_only_when_resources_were_spread() -> None:
+    assert not any(line.startswith("| namespaces") for line in osb.format_table([result("ours")]).splitlines())
+    table = osb.format_table([result("ours", count=10000, namespaces=100)]).splitlines()
+    assert table[2:4] == ["| resources applied | 0 |", "| namespaces (resources in each) | 100 (100) |"]
+
+
+def test_linear_from_must_be_a_run_of_the_same_layout(tmp_path, capsys) -> None:
+    small = tmp_path / "r1000.json"
+    small.write_text(json.dumps({**earlier_run(80.0), "per_namespace": 100}))
+    args = osb.parse_args(["--count", "10000", "--per-namespace", "100", "--linear-from", str(small)])
+    assert args.per_namespace == 100
+    with pytest.raises(SystemExit) as stop:
+        osb.parse_args(["--count", "10000", "--linear-from", str(small)])
+    assert stop.value.code == 2
+    assert "--linear-from: its run had --per-namespace 100" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        osb.parse_args(["--count", "10000", "--per-namespace", "-1"])
+
+
 def test_linear_from_must_name_a_run_at_fewer_resources(tmp_path) -> None:
     small = tmp_path / "r1000.json"
     small.write_text(json.dumps(earlier_run(80.0)))
@@ -467,8 +527,9 @@ def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch) -> N
             raise KeyboardInterrupt("signal 15")
 
     run = object.__new__(osb.OperatorRun)
-    run.api, run.op, run.watchers, run.namespace = Api(), Operator(), [Watcher()], "ns"
+    run.api, run.op, run.watchers, run.layout = Api(), Operator(), [Watcher()], osb.Layout(("ns",))
     run.names = ["llm-0000", "llm-0001"]
+    run.namespace_of = dict.fromkeys(run.names, "ns")
     run.ctx = type("Ctx", (), {"workers": 2, "plane_run_dir": None, "converge_timeout_s": 900.0, "example": {"spec": {}},
                                "crd": type("Crd", (), {"group": "g", "version": "v", "kind": "K",
                                                        "collection": staticmethod(lambda ns: f"/c/{ns}")})()})()
@@ -504,13 +565,14 @@ def test_the_wait_for_ready_lasts_while_the_count_rises_and_stops_when_it_stalls
         def request(self, verb: str, path: str) -> dict:
             count = ready_at.get(Api.polls, 2)
             Api.polls += 1
-            return {"items": [{"status": {"phase": "Ready" if i < count else "Progressing"}} for i in range(3)]}
+            return {"items": [{"metadata": {"namespace": "ns"}, "status": {"phase": "Ready" if i < count else "Progressing"}}
+                              for i in range(3)]}
 
     run = object.__new__(osb.OperatorRun)
-    run.api, run.namespace = Api(), "ns"
+    run.api, run.layout = Api(), osb.Layout(("ns",))
     run.result = osb.OperatorResult(name="ours", count=3)
     run.ctx = type("Ctx", (), {"count": 3, "converge_timeout_s": 3600.0,
-                               "crd": type("Crd", (), {"collection": staticmethod(lambda ns: f"/c/{ns}")})()})()
+                               "crd": type("Crd", (), {"collection_template": staticmethod(lambda: "/c/{ns}")})()})()
     assert run._wait_all_ready(stall_s=250.0, poll_s=100.0) == 2
     assert clock[0] == 700.0  # the last rise at 400 s, then 300 s (3 polls) without one
     ready_at.update({5: 3})
