@@ -9,9 +9,12 @@ A pod whose state could not be read is not asked again until its pod object chan
 is due (:class:`Unreadable`): a starting pod after the progress poll interval, doubling to
 :data:`UNREADABLE_RETRY_MAX_S`; a Ready pod, whose runtime answered the kubelet's readiness probe
 so that only the operator cannot reach it (a network policy, a proxy, kwok's containerless pods),
-once more after the base delay and then at the maximum. At 1,000 resources the resyncs' reads of
-runtimes that do not answer (through the pod proxy, every one a request to the API server) were
-most of the operator's CPU while idle (bench/README.md). Direct reads share one HTTP session.
+once more after the base delay and then at the maximum, or later when many are held: those
+retries are spread so that together they make at most :data:`UNREADABLE_RETRY_RATE` reads a
+second (10,000 Ready pods that do not answer: each every 1,000 s, not every 300 s). At 1,000
+resources the resyncs' reads of runtimes that do not answer (through the pod proxy, every one a
+request to the API server) were most of the operator's CPU while idle (bench/README.md). Direct
+reads share one HTTP session.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ PROGRESS_PATH = "progress"
 _Doc = TypeVar("_Doc", bound=BaseModel)
 #: The longest an unreadable pod's state goes unasked while its pod does not change (seconds).
 UNREADABLE_RETRY_MAX_S = 300.0
+#: The most retries a second of Ready pods that did not answer, all of them together.
+UNREADABLE_RETRY_RATE = 10.0
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,8 @@ class Unreadable:
     """Pods whose state could not be read: (namespace, name) -> (pod version, failures, retry time)."""
 
     def __init__(self, base_s: float, max_s: float = UNREADABLE_RETRY_MAX_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._base_s, self._max_s, self._clock = base_s, max_s, clock
+                 clock: Callable[[], float] = time.monotonic, rate: float = UNREADABLE_RETRY_RATE) -> None:
+        self._base_s, self._max_s, self._clock, self._rate = base_s, max_s, clock, rate
         self._held: dict[tuple[str, str], tuple[str | None, int, float]] = {}
         self._sweep_at = 1024
 
@@ -92,8 +97,9 @@ class Unreadable:
         failures = held[1] + 1 if held is not None and held[0] == target.version else 1
         if target.ready and failures > 1:
             # The kubelet reaches this runtime and the operator does not, twice: that lasts until
-            # something changes the pod (which asks again at once), so wait the longest.
-            delay = self._max_s
+            # something changes the pod (which asks again at once), so wait the longest; with
+            # more held than the rate allows in that time, as long as the rate needs.
+            delay = max(self._max_s, len(self._held) / self._rate)
         else:  # a starting runtime binds its port within seconds: ask soon, then less often
             delay = min(self._max_s, self._base_s * 2 ** min(failures - 1, 30))
         self._held[key] = (target.version, failures, now + delay)

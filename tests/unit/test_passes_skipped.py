@@ -7,7 +7,8 @@ otherwise, remembers a refusal (raised afresh each time), and keeps nothing for 
 generation, and keeps only the resources checked last; the inputs change with the body's version,
 discovery, the settings object and any change of a child or pod in the watch cache (added,
 changed, removed), and not with the same object put again; an unreadable pod is asked again
-after the base delay, doubling to the cap, at once when its pod changes, and is forgotten once read.
+after the base delay, doubling to the cap, at once when its pod changes, and is forgotten once read;
+the retries of many Ready pods that do not answer keep to the retry rate.
 """
 
 from __future__ import annotations
@@ -218,3 +219,22 @@ def test_pods_gone_for_long_are_swept() -> None:
     now[0] = 100.0
     memo.failed(NS, StateTarget("new", None, "1"))
     assert len(memo) == 1
+
+
+def test_the_retries_of_many_ready_pods_that_do_not_answer_keep_to_the_rate() -> None:
+    # 10,000 Ready pods nobody can read (kwok's): each asked every 300 s would be 33 reads a
+    # second while idle; the retries spread out to the rate instead.
+    now = [0.0]
+    memo = Unreadable(5.0, max_s=300.0, clock=lambda: now[0], rate=10.0)
+    pods = [StateTarget(f"p{index}", "10.0.0.1", "1", ready=True) for index in range(10_000)]
+    for pod in pods:
+        memo.failed(NS, pod)
+    now[0] = 5.0
+    for pod in pods:  # the second failure: the long wait
+        memo.failed(NS, pod)
+    now[0] = 5.0 + 300.0
+    assert not any(memo.due(NS, pod) for pod in pods)  # 300 s is too soon for 10,000
+    now[0] = 5.0 + 10_000 / 10.0
+    assert all(memo.due(NS, pod) for pod in pods)
+    few = Unreadable(5.0, max_s=300.0, clock=lambda: now[0], rate=10.0)
+    assert retry_waits(few, pods[0], now, 3) == [5.0, 300.0, 300.0]  # few held: the longest wait as before

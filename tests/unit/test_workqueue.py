@@ -6,12 +6,14 @@ parallel up to the concurrency; the worker's requeue delay is honoured; failures
 exponentially and a success resets it; a forgotten key does not run; a paused queue runs
 nothing until resumed; when the slots are full, due SPEC requests start before due REFRESH
 requests, however late they came, and a key's more urgent request upgrades its queued one;
-while SPEC runs are in progress only ``refresh_while_spec`` REFRESH runs go at once.
+while SPEC runs are in progress only ``refresh_while_spec`` REFRESH runs go at once; delays of at
+least the timer granularity are rounded up to it, so keys due within one tick start together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 from ascend_operator.workqueue import QueueSettings, Urgency, WorkQueue
@@ -154,3 +156,37 @@ async def test_while_specs_run_refreshes_get_only_their_share_of_the_slots() -> 
     await asyncio.sleep(0.3)
     await queue.stop()
     assert sorted(key for key, _ in worker.runs) == sorted(["spec", *"abcdef", "later"])
+
+
+async def test_long_delays_are_rounded_up_to_the_granularity_so_due_keys_start_together() -> None:
+    worker = Recorder()
+    loop = asyncio.get_running_loop()
+    queue = WorkQueue(worker, QueueSettings(timer_granularity_s=0.2), clock=loop.time)
+    queue.start()
+    await asyncio.sleep(math.ceil(loop.time() / 0.2) * 0.2 + 0.01 - loop.time())  # just past a tick
+    for key, delay in (("a", 0.2), ("b", 0.24), ("c", 0.28)):  # due within the same 0.2 s
+        queue.request(key, delay)
+    queue.request("short", 0.05)  # shorter than the granularity: exact
+    await asyncio.sleep(0.8)
+    await queue.stop()
+    starts = dict(worker.runs)
+    assert set(starts) == {"a", "b", "c", "short"}
+    # a, b and c came due at the same multiple of 0.2 s, and started together, on one wake-up.
+    tick = round(starts["a"] / 0.2) * 0.2
+    assert all(starts[key] == pytest.approx(tick, abs=0.02) for key in "abc")
+    assert starts["short"] < starts["a"] - 0.1
+
+
+async def test_an_earlier_request_moves_the_loops_alarm_forward() -> None:
+    worker = Recorder()
+    loop = asyncio.get_running_loop()
+    queue = WorkQueue(worker, QueueSettings(timer_granularity_s=0), clock=loop.time)
+    queue.start()
+    queue.request("late", 5.0)
+    await asyncio.sleep(0.05)  # the loop sleeps until "late"
+    start = loop.time()
+    queue.request("soon", 0.1)
+    await asyncio.sleep(0.3)
+    await queue.stop()
+    assert [key for key, _ in worker.runs] == ["soon"]
+    assert worker.runs[0][1] - start == pytest.approx(0.1, abs=0.05)
