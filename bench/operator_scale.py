@@ -22,6 +22,12 @@ namespaces of M resources each, the operator watching every namespace; :class:`L
   intervals (or ``--idle-window``), divided by the number of intervals;
 - writes on a restart: SIGTERM, start again with all N present, writes until it is idle again.
 
+``--converge-only`` stops after the converge (no idle window, no restart: their targets are then
+not measured), for diagnoses at large counts. The API server's whole /metrics text is saved into
+the log folder at the first apply and at the last status (``<operator>-metrics-converge-{start,end}.txt``):
+every client's requests and their latencies over the converge, for where the control plane's
+time went (bench/README.md, "Where the converge growth goes").
+
 Writes are the API server's own ``apiserver_request_total`` (GET /metrics): verbs POST, PUT,
 PATCH, DELETE, DELETECOLLECTION and APPLY, not dry-run. The metric has no user or user-agent
 label; its ``system_client`` label names the control plane's own clients (derived from their user
@@ -1073,6 +1079,7 @@ class OperatorRun:
         self.cpu_start = self.op.cpu_s()
         self.plane_cpu_start = plane_cpu_s(ctx.plane_run_dir)
         writes_start = self.api.metrics_writes()
+        self._save_metrics("converge-start")
         t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(ctx.workers) as pool:
             for future in [pool.submit(self._apply, name) for name in self.names]:
@@ -1100,6 +1107,7 @@ class OperatorRun:
             result.converge_control_plane_cpu_s = {
                 name: round(seconds - self.plane_cpu_start[name], 1)
                 for name, seconds in plane_cpu_s(ctx.plane_run_dir).items() if name in self.plane_cpu_start}
+            self._save_metrics("converge-end")
         result.rss_peak_mb = mb(self.op.peak_rss)
         for watcher in self.watchers:
             watcher.stopped.set()
@@ -1127,6 +1135,13 @@ class OperatorRun:
                 + (f"; watch errors: {errors}" if errors else ""))
         log(f"{result.name}: children {result.converge_children_s} s, status {result.converge_status_s} s, "
             f"operator CPU {result.converge_cpu_s} s, RSS peak {mb(self.op.peak_rss)} MB")
+
+    def _save_metrics(self, tag: str) -> None:
+        """The API server's whole /metrics text into the log folder: every client's requests and
+        their latency, to see where the control plane's share of the converge time went."""
+
+        text = self.api.request("GET", "/metrics", accept="text/plain")
+        (self.ctx.log_dir / f"{self.result.name}-metrics-{tag}.txt").write_text(text)
 
     def _apply(self, name: str) -> None:
         namespace = self.namespace_of[name]
@@ -1325,6 +1340,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "one only converges, in fresh namespaces, in the reverse order of the round before "
                              "(ours, minimal; minimal, ours; ...) so that a drift of the machine's speed "
                              "cancels. The converge targets are the median of the rounds' ratios.")
+    parser.add_argument("--converge-only", action="store_true",
+                        help="Measure the converge only: no idle window, no restart (a diagnosis at large counts; "
+                             "their targets are then not judged).")
     parser.add_argument("--converge-timeout", type=float, default=900.0,
                         help="Seconds (default %(default)s).")
     parser.add_argument("--restart-quiet", type=float, default=15.0,
@@ -1462,7 +1480,7 @@ def _run(args: argparse.Namespace, plane: ControlPlane) -> int:
             suffix = f"-round{round_no}" if round_no > 1 else ""
             run = OperatorRun(ctx, name, args.ascend_llm, suffix, delete_namespace=not fresh,
                               baseline=args.baseline)
-            result = run.run(full=round_no == 1)
+            result = run.run(full=round_no == 1 and not args.converge_only)
         except KeyboardInterrupt as stop:
             # Stopped (Ctrl-C, SIGTERM, SIGHUP): report what was measured up to here; no further run.
             stopped = stop

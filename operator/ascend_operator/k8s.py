@@ -210,6 +210,15 @@ def owned_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
     return any(ref.get("uid") == owner_uid for ref in refs)
 
 
+def allocates_cluster_ip(child: Mapping[str, Any]) -> bool:
+    """Whether creating ``child`` makes the API server allocate a ClusterIP: a Service that is
+    neither headless (``clusterIP: None``) nor an ExternalName."""
+
+    spec = child.get("spec") or {}
+    return (child.get("kind") == "Service" and spec.get("type") != "ExternalName"
+            and spec.get("clusterIP") != "None")
+
+
 def spec_hash(obj: Mapping[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
@@ -218,8 +227,12 @@ class Kube:
     """The API calls of the reconcile, each run in a worker thread."""
 
     def __init__(self, api_client: kubernetes.client.ApiClient, *, field_manager: str,
-                 workers: int = 8) -> None:
+                 workers: int = 8, cluster_ip_creates: int = 4) -> None:
         self._client = api_client
+        # The API server allocates ClusterIPs one at a time (one lock for the cluster): more
+        # creates in flight only wait there, holding a request seat each, until they time out
+        # (504 after 60 s when thousands are made at once; bench/README.md, issue 24).
+        self._cluster_ip_creates = asyncio.Semaphore(cluster_ip_creates)
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ascend-llm-api")
         self._field_manager = field_manager
         # Built now, at start-up: the first use of an API class costs about a second of imports.
@@ -412,14 +425,23 @@ class Kube:
         immutable = immutable_changes(child, live) if live is not None else []
         if immutable:  # an apply would be refused (422): replace the object
             await self.delete(kind, namespace, name, uid=live["metadata"].get("uid"))
-            applied = await self.apply(kind, child)
+            applied = await self._create(kind, child)
             return EnsureResult(Outcome.REPLACED, kind.kind, name, "changed: " + ", ".join(immutable), live=applied)
-        applied = await self.apply(kind, child)
+        applied = await (self._create(kind, child) if live is None else self.apply(kind, child))
         if live is None:
             return EnsureResult(Outcome.CREATED, kind.kind, name, live=applied)
         if drift:
             return EnsureResult(Outcome.REPAIRED, kind.kind, name, "drifted: " + ", ".join(drift), live=applied)
         return EnsureResult(Outcome.UPDATED, kind.kind, name, live=applied)
+
+    async def _create(self, kind: ChildKind, child: Mapping[str, Any]) -> dict[str, Any]:
+        """Apply a child that does not exist; a Service the API server gives a ClusterIP waits
+        for one of the ``cluster_ip_creates`` slots first."""
+
+        if not allocates_cluster_ip(child):
+            return await self.apply(kind, child)
+        async with self._cluster_ip_creates:
+            return await self.apply(kind, child)
 
     async def delete(self, kind: ChildKind, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete one child (only the object with ``uid`` when given: a precondition, so a

@@ -312,6 +312,11 @@ class OperatorSettings(BaseSettings):
     # Reconciles run concurrently up to this many; the API client pool and its worker threads are
     # sized from it, so no request waits for (or discards) a pooled connection.
     max_concurrent_reconciles: int = Field(64, ge=1, le=256, description="Reconciles running at once.")
+    # The API server gives Services their ClusterIPs one at a time; creates beyond a few in flight
+    # only wait there (each holding a request seat, timing out after 60 s in a burst of thousands).
+    max_concurrent_cluster_ip_creates: int = Field(
+        4, ge=1, le=256, description="Creates of Services with a ClusterIP in flight at once."
+    )
     retry_backoff_base_s: float = Field(2.0, gt=0, description="First retry delay after a failed reconcile.")
     retry_backoff_max_s: float = Field(300.0, gt=0, description="Longest retry delay (exponential backoff).")
     status_read_timeout_s: float = Field(5.0, gt=0, description="Timeout of one pod /state read.")

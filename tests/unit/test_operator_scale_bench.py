@@ -499,12 +499,16 @@ def test_a_run_stopped_by_a_signal_is_reported_and_fails(tmp_path, monkeypatch) 
     assert report["passed"] is False
 
 
-def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch) -> None:
+def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch, tmp_path) -> None:
     """Two resources: one has its status and every child, the other nothing, when the stop comes."""
 
     class Api(FakeApi):
         def metrics_writes(self) -> Counter:
             return self.metrics_requests()
+
+        def request(self, method: str, path: str, *, accept: str) -> str:
+            assert (method, path, accept) == ("GET", "/metrics", "text/plain")
+            return "apiserver_request_total 1\n"
 
         def apply(self, path: str, body: dict) -> None: ...
 
@@ -531,6 +535,7 @@ def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch) -> N
     run.names = ["llm-0000", "llm-0001"]
     run.namespace_of = dict.fromkeys(run.names, "ns")
     run.ctx = type("Ctx", (), {"workers": 2, "plane_run_dir": None, "converge_timeout_s": 900.0, "example": {"spec": {}},
+                               "log_dir": tmp_path,
                                "crd": type("Crd", (), {"group": "g", "version": "v", "kind": "K",
                                                        "collection": staticmethod(lambda ns: f"/c/{ns}")})()})()
     run.result = osb.OperatorResult(name="ours", count=2)
@@ -547,6 +552,32 @@ def test_a_converge_stopped_by_a_signal_reports_how_far_it_got(monkeypatch) -> N
     assert len(got.errors) == 1 and got.errors[0].startswith("stopped (signal 15) 0 s after the first apply: "
                                                              f"{len(osb.CHILD_COLLECTIONS)} children and 1 statuses")
     assert run.watchers[0].stopped.is_set()
+    # The API server's /metrics at the first apply is kept; a converge that did not end has no end.
+    assert (tmp_path / "ours-metrics-converge-start.txt").read_text() == "apiserver_request_total 1\n"
+    assert not (tmp_path / "ours-metrics-converge-end.txt").exists()
+
+
+def test_converge_only_runs_no_idle_window_and_no_restart(tmp_path, monkeypatch) -> None:
+    runs = []
+
+    class Run:
+        def __init__(self, ctx, name, *_args, **_kwargs) -> None:
+            self.result = result(name, count=10, ready=None, converge_status_s=50.0, restart_writes=None,
+                                 restart_idle=None, idle_writes_per_resync=None, idle_cpu_cores=None, idle_window_s=None)
+
+        def run(self, full: bool = True):
+            runs.append(full)
+            return self.result
+
+    ctx = type("Ctx", (), {"log_dir": tmp_path})()
+    monkeypatch.setattr(osb, "prepare", lambda *_args, **_kwargs: ctx)
+    monkeypatch.setattr(osb, "OperatorRun", Run)
+    out = tmp_path / "r.json"
+    osb._run(osb.parse_args(["--count", "10", "--operators", "ours", "--converge-only", "--kubeconfig", "k",
+                             "--out", str(out)]), None)
+    assert runs == [False]
+    report = json.loads(out.read_text())
+    assert {t["name"]: t["passed"] for t in report["targets"]}["writes on restart"] is None
 
 
 def test_the_wait_for_ready_lasts_while_the_count_rises_and_stops_when_it_stalls(monkeypatch) -> None:

@@ -136,7 +136,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     workers = ops.max_concurrent_reconciles * 2
     kube = Kube(connect(api_server(ops), ca_file=ops.api_ca_file, insecure=ops.api_insecure_skip_tls_verify,
                         pool_size=workers),
-                field_manager=ops.field_manager, workers=workers)
+                field_manager=ops.field_manager, workers=workers,
+                cluster_ip_creates=ops.max_concurrent_cluster_ip_creates)
     ctx = OperatorContext(
         settings=ops, kube=kube,
         pods=PodReader(kube, timeout_s=ops.status_read_timeout_s,
