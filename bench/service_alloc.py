@@ -9,8 +9,8 @@ an IPAddress object while it holds one lock for the whole cluster, and inside th
 every IPAddress twice for its metrics (a List of its informer's cache with a label match each:
 ``pkg/registry/core/service/ipallocator``, ``createIPAddress`` -> ``Used()`` / ``Free()``). Services
 with a ClusterIP are made one at a time, each slower than the last: n Services cost the API server
-O(n^2). Every operator that gives each resource a ClusterIP Service pays it, the project's as much
-as bench/operator_scale.py's minimal ones.
+O(n^2). Every operator that gives each resource a ClusterIP Service pays it (bench/operator_scale.py's
+``minimal-same`` operator applies the same Services as the project's).
 
 For each kind (``clusterip``, ``headless``) a fresh control plane of the pack is started, ``--count``
 Services are created by ``--workers`` threads (an operator's concurrent reconciles) in namespaces of
