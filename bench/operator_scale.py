@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import platform
@@ -60,7 +61,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from resource import RUSAGE_SELF, getrusage
@@ -1415,6 +1416,33 @@ def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")  # the runs' cleanup (operator stop, namespace delete) runs
 
 
+def reread(bench: str, path: Path, format_report: Callable[[Mapping[str, Any]], str]) -> int:
+    """``--reread``: print a saved ``--out`` report's tables again; 0, or 2 for a file that is not one."""
+
+    try:
+        print(format_report(json.loads(path.read_text(encoding="utf-8"))))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"{bench}: --reread {path}: not a saved --out report ({error!r})", file=sys.stderr)
+        return 2
+    return 0
+
+
+@contextlib.contextmanager
+def plane_stopped_at_exit(plane: ControlPlane, bench: str) -> Iterator[ControlPlane]:
+    """Meanwhile the signals that end a run (:data:`STOP_SIGNALS`) raise KeyboardInterrupt; at the
+    end the plane is stopped however the run ended: a result, an error, Ctrl-C, SIGTERM."""
+
+    handlers = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+    try:
+        yield plane
+    finally:
+        problem = plane.stop()
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if problem:
+            print(f"{bench}: {problem}", file=sys.stderr)
+
+
 def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: Path | None = None) -> RunContext:
     """The cluster (the pack started, ``wipe``: on empty state; or ``--kubeconfig``) with the CRD
     and enough nodes, and what every run shares."""
@@ -1439,22 +1467,9 @@ def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.reread is not None:
-        try:
-            print(format_report(json.loads(args.reread.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"operator_scale: --reread {args.reread}: not a saved --out report ({error!r})", file=sys.stderr)
-            return 2
-        return 0
-    plane = ControlPlane(args.pack, args.workdir, args.port_base)
-    handlers = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
-    try:
+        return reread("operator_scale", args.reread, format_report)
+    with plane_stopped_at_exit(ControlPlane(args.pack, args.workdir, args.port_base), "operator_scale") as plane:
         return _run(args, plane)
-    finally:
-        problem = plane.stop()  # however the run ended: a result, an error, Ctrl-C, SIGTERM
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        if problem:
-            print(f"operator_scale: {problem}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace, plane: ControlPlane) -> int:

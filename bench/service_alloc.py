@@ -27,7 +27,6 @@ import concurrent.futures
 import json
 import os
 import platform
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from operator_scale import (  # noqa: E402
-    ROOT, STOP_SIGNALS, Api, ApiError, ControlPlane, git_commit, log, plane_cpu_s,
+    ROOT, Api, ApiError, ControlPlane, git_commit, log, plane_cpu_s, plane_stopped_at_exit, reread,
 )
 
 KINDS = ("clusterip", "headless")
@@ -154,26 +153,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _interrupt(signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.reread is not None:
-        try:
-            print(format_report(json.loads(args.reread.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            print(f"service_alloc: --reread {args.reread}: not a saved --out report ({error!r})", file=sys.stderr)
-            return 2
-        return 0
-    plane = ControlPlane(args.pack, args.workdir, args.port_base)
-    handlers = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+        return reread("service_alloc", args.reread, format_report)
     report: dict[str, Any] = {"count": args.count, "workers": args.workers, "perNamespace": args.per_namespace,
                               "commit": git_commit(), "cpus": os.cpu_count(), "python": platform.python_version(),
                               "kinds": []}
     failed = False
-    try:
+    with plane_stopped_at_exit(ControlPlane(args.pack, args.workdir, args.port_base), "service_alloc") as plane:
         for kind in args.kinds:
             log(f"{kind}: starting a fresh control plane")
             try:
@@ -188,12 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 plane.stop()
             report["kinds"].append(cell)
             log(f"{kind}: {cell['created']} in {cell['wallS']} s, growth {cell['growth']}")
-    finally:
-        problem = plane.stop()
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        if problem:
-            print(f"service_alloc: {problem}", file=sys.stderr)
     print(format_report(report))
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
