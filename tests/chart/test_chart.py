@@ -209,6 +209,8 @@ BAD_SETS = [
     pytest.param(("settings.leaseDurationS=1",), ["leaseDurationS"], id="lease-too-short"),
     pytest.param(("settings.leaseDurationS=15.5",), ["leaseDurationS"], id="lease-not-whole-seconds"),
     pytest.param(("settings.leaseRetryPeriodS=1",), ["leaseRetryPeriodS"], id="lease-retry-not-above-1"),
+    pytest.param(("settings.maxConcurrentClusterIpCreates=0",), ["maxConcurrentClusterIpCreates"],
+                 id="no-clusterip-create-in-flight"),
 ]
 
 

@@ -82,3 +82,11 @@ def test_allocates_cluster_ip() -> None:
     assert not allocates_cluster_ip(service("a", clusterIP="None"))
     assert not allocates_cluster_ip(service("a", type="ExternalName"))
     assert not allocates_cluster_ip({"kind": "ConfigMap"})
+
+
+def test_the_setting_refuses_no_slot_naming_the_variable() -> None:
+    from ascend_operator.settings import SettingsError, load_settings
+
+    assert load_settings({}).max_concurrent_cluster_ip_creates == 4
+    with pytest.raises(SettingsError, match="ASCEND_LLM_OPERATOR_MAX_CONCURRENT_CLUSTER_IP_CREATES='0'"):
+        load_settings({"ASCEND_LLM_OPERATOR_MAX_CONCURRENT_CLUSTER_IP_CREATES": "0"})
