@@ -22,6 +22,11 @@ namespaces of M resources each, the operator watching every namespace; :class:`L
   intervals (or ``--idle-window``), divided by the number of intervals;
 - writes on a restart: SIGTERM, start again with all N present, writes until it is idle again.
 
+``--readable-runtimes``: every pod's runtime port answers (bench/readable_runtimes.py, one
+stand-in serving the runtime's own app for all pod IPs) and the project's operator reads pod IPs
+directly, as in a cluster; the idle window then also counts the stand-in's ``/state`` answers
+(200 and 304) and its CPU. Without it kwok's pods serve nothing and the reads back off.
+
 ``--converge-only`` stops after the converge (no idle window, no restart: their targets are then
 not measured), for diagnoses at large counts. The API server's whole /metrics text is saved into
 the log folder at the first apply and at the last status (``<operator>-metrics-converge-{start,end}.txt``):
@@ -73,6 +78,7 @@ from prometheus_client.parser import text_string_to_metric_families
 # The same percentile as the other benchmarks', beside this file (run as a script or loaded by path).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import percentile  # noqa: E402
+from readable_runtimes import StandIn, local_route  # noqa: E402
 from verdict import Direction, Outcome, judge, judge_range  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,6 +221,10 @@ class OperatorResult:
     idle_writes_by_kind: dict[str, int] = field(default_factory=dict)
     idle_cpu_cores: float = 0.0
     idle_reads: int | None = None
+    #: ``--readable-runtimes``: the stand-in's answers to ``/state`` in the idle window by HTTP
+    #: status, and its CPU there (cores).
+    idle_state_answers: dict[str, int] = field(default_factory=dict)
+    idle_standin_cpu_cores: float | None = None
     #: Runtime ``/state`` reads through the pod proxy in the idle window and after the restart.
     idle_proxy_reads: int | None = None
     restart_proxy_reads: int | None = None
@@ -399,6 +409,13 @@ def format_table(results: Sequence[OperatorResult]) -> str:
     if any(r.namespaces > 1 for r in results):  # a row only where the layout is not the default
         rows.insert(1, ("namespaces (resources in each)",
                         lambda r: f"{r.namespaces} ({-(-r.count // r.namespaces)})"))
+    if any(r.idle_state_answers for r in results):  # --readable-runtimes: what the runtimes answered
+        at = next(index for index, (label, _) in enumerate(rows) if label.startswith("pod proxy reads")) + 1
+        rows.insert(at, ("runtime /state answers 200 / 304 in the idle window (readable runtimes)",
+                         lambda r: f"{r.idle_state_answers.get('200', 0)} / {r.idle_state_answers.get('304', 0)}"
+                         if r.idle_state_answers else "-"))
+        rows.insert(at + 1, ("the stand-in runtimes' CPU in the idle window (cores)",
+                             lambda r: _fmt(r.idle_standin_cpu_cores, 3)))
     lines = ["| | " + " | ".join(r.name for r in results) + " |", "|---" * (len(results) + 1) + "|"]
     lines += [f"| {label} | " + " | ".join(cell(r) for r in results) + " |" for label, cell in rows]
     return "\n".join(lines)
@@ -837,6 +854,8 @@ class RunContext:
     plane_run_dir: Path | None = None
     #: Resources to a namespace (``--per-namespace``); 0: all in one namespace (:class:`Layout`).
     per_namespace: int = 0
+    #: ``--readable-runtimes``: the stand-in answering every pod IP's runtime port.
+    standin: StandIn | None = None
 
 
 #: The spec's pod resources here: small enough that one pod per resource fits the nodes'
@@ -914,6 +933,8 @@ def operator_env(ctx: RunContext, name: str = OURS) -> dict[str, str]:
     env["ASCEND_LLM_OPERATOR_RESYNC_INTERVAL_S"] = f"{ctx.resync_s:g}"
     # The spec's hostPath model (examples/cpu-tiny.yaml), allowed as an administrator would.
     env["ASCEND_LLM_OPERATOR_HOST_PATH_PREFIXES"] = "/models"
+    if ctx.standin is not None and name in PROJECT:  # read pod IPs as in a cluster (the stand-in answers)
+        env["ASCEND_LLM_OPERATOR_STATE_READ"] = "podIP"
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -1162,8 +1183,13 @@ class OperatorRun:
         time.sleep(ctx.resync_s + 10)
         window = ctx.idle_window_s
         before, cpu_before = self.api.metrics_requests(), op.cpu_s()
+        standin = ctx.standin
+        answers_before, standin_before = (standin.answers(), standin.cpu_s()) if standin else (None, 0.0)
         time.sleep(window)
         requests = request_delta(before, self.api.metrics_requests())
+        if standin is not None and answers_before is not None:
+            result.idle_state_answers = dict(standin.answers() - answers_before)
+            result.idle_standin_cpu_cores = round((standin.cpu_s() - standin_before) / window, 3)
         idle = only(requests, WRITE_VERBS)
         result.idle_reads = sum(only(requests, READ_VERBS).values())
         result.idle_proxy_reads = sum(only(requests, PROXY_VERBS).values())
@@ -1341,6 +1367,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "one only converges, in fresh namespaces, in the reverse order of the round before "
                              "(ours, minimal; minimal, ours; ...) so that a drift of the machine's speed "
                              "cancels. The converge targets are the median of the rounds' ratios.")
+    parser.add_argument("--readable-runtimes", action="store_true",
+                        help="Every pod's runtime port answers (bench/readable_runtimes.py; needs root for "
+                             "its route) and the project's operator reads pod IPs directly, as in a cluster.")
     parser.add_argument("--converge-only", action="store_true",
                         help="Measure the converge only: no idle window, no restart (a diagnosis at large counts; "
                              "their targets are then not judged).")
@@ -1443,7 +1472,8 @@ def plane_stopped_at_exit(plane: ControlPlane, bench: str) -> Iterator[ControlPl
             print(f"{bench}: {problem}", file=sys.stderr)
 
 
-def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: Path | None = None) -> RunContext:
+def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: Path | None = None,
+            standin: StandIn | None = None) -> RunContext:
     """The cluster (the pack started, ``wipe``: on empty state; or ``--kubeconfig``) with the CRD
     and enough nodes, and what every run shares."""
 
@@ -1461,21 +1491,43 @@ def prepare(args: argparse.Namespace, plane: ControlPlane, wipe: bool, log_dir: 
                       converge_timeout_s=args.converge_timeout, restart_quiet_s=args.restart_quiet,
                       restart_timeout_s=args.restart_timeout, kubeconfig=kubeconfig, log_dir=log_dir,
                       plane_run_dir=None if args.kubeconfig else args.workdir / "run",
-                      per_namespace=args.per_namespace)
+                      per_namespace=args.per_namespace, standin=standin)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.reread is not None:
         return reread("operator_scale", args.reread, format_report)
-    with plane_stopped_at_exit(ControlPlane(args.pack, args.workdir, args.port_base), "operator_scale") as plane:
-        return _run(args, plane)
+    with plane_stopped_at_exit(ControlPlane(args.pack, args.workdir, args.port_base), "operator_scale") as plane, \
+            readable_runtimes(args) as standin:
+        return _run(args, plane, standin)
 
 
-def _run(args: argparse.Namespace, plane: ControlPlane) -> int:
+@contextlib.contextmanager
+def readable_runtimes(args: argparse.Namespace) -> Iterator[StandIn | None]:
+    """``--readable-runtimes``: kwok's pod range routed here and the stand-in answering on the
+    runtime port, both removed however the run ends; else nothing."""
+
+    if not args.readable_runtimes:
+        yield None
+        return
+    from ascend_runtime.config import DEFAULT_RUNTIME_PORT
+
+    log_dir = args.log_dir or Path(tempfile.gettempdir())
+    log_dir.mkdir(parents=True, exist_ok=True)
+    standin = StandIn(DEFAULT_RUNTIME_PORT, free_port(), log_dir / "readable-runtimes.log")
+    with local_route():
+        try:
+            standin.start()
+            yield standin
+        finally:
+            standin.stop()
+
+
+def _run(args: argparse.Namespace, plane: ControlPlane, standin: StandIn | None = None) -> int:
     fresh = not args.kubeconfig and not args.keep_cluster
     try:
-        ctx = prepare(args, plane, wipe=fresh)
+        ctx = prepare(args, plane, wipe=fresh, standin=standin)
     except Exception as error:  # noqa: BLE001
         print(f"operator_scale: cannot start: {error}", file=sys.stderr)
         return 2
@@ -1491,7 +1543,7 @@ def _run(args: argparse.Namespace, plane: ControlPlane) -> int:
         try:
             if fresh and number:
                 log("cluster: wiped and started again for the next run")
-                ctx = prepare(args, plane, wipe=True, log_dir=ctx.log_dir)
+                ctx = prepare(args, plane, wipe=True, log_dir=ctx.log_dir, standin=standin)
             suffix = f"-round{round_no}" if round_no > 1 else ""
             run = OperatorRun(ctx, name, args.ascend_llm, suffix, delete_namespace=not fresh,
                               baseline=args.baseline)

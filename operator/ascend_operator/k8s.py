@@ -526,8 +526,9 @@ class Kube:
 
     # ------------------------------------------------------------------ the pod proxy
 
-    async def proxy_get(self, namespace: str, pod: str, port: int, path: str, *, timeout: float) -> Any:
-        """``GET <path>`` on ``pod``'s ``port`` through the API server's pod proxy (for
+    async def proxy_get(self, namespace: str, pod: str, port: int, path: str, *,
+                        query: Sequence[tuple[str, str]] = (), timeout: float) -> Any:
+        """``GET <path>?<query>`` on ``pod``'s ``port`` through the API server's pod proxy (for
         :class:`ascend_operator.podreads.PodReader`); the decoded JSON body. Errors raise."""
         return await self._call(POD, "get", namespace, f"{pod}:{port}/{path}", resource="pods/proxy",
-                                timeout=timeout)
+                                query=query, timeout=timeout)

@@ -14,7 +14,11 @@ retries are spread so that together they make at most :data:`UNREADABLE_RETRY_RA
 second (10,000 Ready pods that do not answer: each every 1,000 s, not every 300 s). At 1,000
 resources the resyncs' reads of runtimes that do not answer (through the pod proxy, every one a
 request to the API server) were most of the operator's CPU while idle (bench/README.md). Direct
-reads share one HTTP session.
+reads share one HTTP session and are conditional (:class:`Answers`): a runtime whose ``/state``
+(read as ``?omit=health``, without the leak and hang samples that change every few seconds) is
+as it was answers 304 and the state read last is used again, nothing decoded. The operator uses
+no part of ``health``; it is dropped from a state that has it (a runtime older than ``omit``),
+so that the skip check (:mod:`ascend_operator.lastpass`) sees a settled runtime as unchanged.
 """
 
 from __future__ import annotations
@@ -39,13 +43,19 @@ logger = logging.getLogger(__name__)
 
 #: The state document the runtime serves on its port (see ascend_runtime's server).
 STATE_PATH = "state"
+#: Its query: without the leak and hang details (``health``), which the operator does not use.
+STATE_QUERY = (("omit", "health"),)
 #: What a fetch Job's pod serves on its port (ascend_runtime.fetch).
 PROGRESS_PATH = "progress"
 _Doc = TypeVar("_Doc", bound=BaseModel)
+#: What a conditional read gives for a 304: the document read last stands.
+NOT_MODIFIED = object()
 #: The longest an unreadable pod's state goes unasked while its pod does not change (seconds).
 UNREADABLE_RETRY_MAX_S = 300.0
 #: The most retries a second of Ready pods that did not answer, all of them together.
 UNREADABLE_RETRY_RATE = 10.0
+#: How long an answer is kept for a conditional read after it was last used (seconds).
+ANSWER_KEEP_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,45 @@ class Unreadable:
         self._held.pop((namespace, name), None)
 
 
+class Answers:
+    """The last document each pod answered with an ETag: (namespace, pod, path) -> (ETag, document,
+    last use), for the next read's ``If-None-Match``. Kept :data:`ANSWER_KEEP_S` after its last use
+    (a settled pod is read at every resync; a pod gone is swept)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, keep_s: float = ANSWER_KEEP_S) -> None:
+        self._clock, self._keep_s = clock, keep_s
+        self._held: dict[tuple[str, str, str], tuple[str, BaseModel, float]] = {}
+        self._sweep_at = 1024
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def etag(self, key: tuple[str, str, str]) -> str | None:
+        held = self._held.get(key)
+        return held[0] if held is not None else None
+
+    def reuse(self, key: tuple[str, str, str]) -> BaseModel | None:
+        """The document a 304 for ``key`` stands for (None: not held)."""
+        held = self._held.get(key)
+        if held is None:
+            return None
+        self._held[key] = (held[0], held[1], self._clock())
+        return held[1]
+
+    def put(self, key: tuple[str, str, str], etag: str | None, doc: BaseModel) -> None:
+        now = self._clock()
+        if etag is None:  # the server does not tag its answers: nothing to ask conditionally
+            self._held.pop(key, None)
+            return
+        self._held[key] = (etag, doc, now)
+        if len(self._held) >= self._sweep_at:
+            self._held = {k: v for k, v in self._held.items() if v[2] > now - self._keep_s}
+            self._sweep_at = 2 * len(self._held) + 1024
+
+    def forget(self, key: tuple[str, str, str]) -> None:
+        self._held.pop(key, None)
+
+
 class PodReader:
     """The runtime states and fetch progress of pods, read from their IPs or through the pod proxy."""
 
@@ -119,6 +168,8 @@ class PodReader:
         self._kube = kube
         #: Pods whose state could not be read, asked again after ``retry_base_s``, doubling.
         self.unreadable = Unreadable(retry_base_s, clock=clock)
+        #: What each pod answered last with an ETag (direct reads ask with ``If-None-Match``).
+        self.answers = Answers(clock=clock)
         self._timeout_s = timeout_s
         #: Read through the API server's pod proxy (True) or straight from the pod IP.
         self._via_proxy = via_proxy
@@ -139,19 +190,29 @@ class PodReader:
             await self._session.close()
             self._session = None
 
-    async def _get_direct(self, pod_ip: str, port: int, path: str = STATE_PATH) -> Any:
-        """``GET http://<pod IP>:<port>/<path>`` (the runtime port serves plain HTTP inside the cluster)."""
+    async def _get_direct(self, pod_ip: str, port: int, path: str, query: Sequence[tuple[str, str]] = (),
+                          etag: str | None = None) -> tuple[str | None, Any]:
+        """``GET http://<pod IP>:<port>/<path>`` (the runtime port serves plain HTTP inside the
+        cluster): the answer's ETag and JSON body; the body is :data:`NOT_MODIFIED` when ``etag``
+        still matches (HTTP 304)."""
 
         host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
-        async with self._direct_session().get(f"http://{host}:{port}/{path}") as response:
+        headers = {"If-None-Match": etag} if etag else None
+        async with self._direct_session().get(f"http://{host}:{port}/{path}", params=list(query),
+                                              headers=headers) as response:
+            if response.status == 304 and etag:
+                return etag, NOT_MODIFIED
             response.raise_for_status()
-            return await response.json(content_type=None)
+            return response.headers.get("ETag"), await response.json(content_type=None)
 
     async def read_state(self, namespace: str, pod: str, port: int = DEFAULT_RUNTIME_PORT, *,
                          pod_ip: str | None = None) -> RuntimeState | None:
         """The runtime state of ``pod``, or ``None``: from ``pod_ip`` directly unless this reader
         reads through the API server's pod proxy (or the pod has no IP yet)."""
-        return await self._read(RuntimeState, STATE_PATH, namespace, pod, port, pod_ip)
+        state = await self._read(RuntimeState, STATE_PATH, namespace, pod, port, pod_ip, STATE_QUERY)
+        if state is not None and state.health:  # a runtime that does not know ?omit=health
+            state = state.model_copy(update={"health": {}})
+        return state
 
     async def read_progress(self, namespace: str, pod: Mapping[str, Any]) -> FetchProgress | None:
         """A fetch pod's ``GET /progress`` (``None`` when not readable), like :meth:`read_state`."""
@@ -159,13 +220,23 @@ class PodReader:
                                 DEFAULT_PROGRESS_PORT, (pod.get("status") or {}).get("podIP"))
 
     async def _read(self, model: type[_Doc], path: str, namespace: str, pod: str, port: int,
-                    pod_ip: str | None) -> _Doc | None:
+                    pod_ip: str | None, query: Sequence[tuple[str, str]] = ()) -> _Doc | None:
         try:
             if not self._via_proxy:
                 if not pod_ip:
                     return None
-                return model.model_validate(await self._get_direct(pod_ip, port, path))
-            body = await self._kube.proxy_get(namespace, pod, port, path, timeout=self._timeout_s)
+                key = (namespace, pod, path)
+                etag, body = await self._get_direct(pod_ip, port, path, query, self.answers.etag(key))
+                if body is NOT_MODIFIED:
+                    held = self.answers.reuse(key)
+                    if isinstance(held, model):
+                        return held
+                    self.answers.forget(key)  # cannot happen unless two models share a path
+                    return None
+                doc = model.model_validate(body)
+                self.answers.put(key, etag, doc)
+                return doc
+            body = await self._kube.proxy_get(namespace, pod, port, path, query=query, timeout=self._timeout_s)
             return model.model_validate(body)
         except (aiohttp.ClientError, asyncio.TimeoutError) as error:
             logger.debug("%s of pod %s/%s not readable at %s: %s", path, namespace, pod, pod_ip, error)

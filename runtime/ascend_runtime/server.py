@@ -6,23 +6,36 @@
   being stopped), 503 otherwise.
 - ``GET /live``: 200 while the engine is alive and making progress and memory is not leaking
   past its limits; 503 with the reasons otherwise, so kubelet restarts the container.
-- ``GET /state``: the :class:`~ascend_runtime.config.RuntimeState` as JSON (camelCase).
+- ``GET /state``: the :class:`~ascend_runtime.config.RuntimeState` as JSON (camelCase), with a
+  strong ``ETag`` (a digest of the body) and 304 for an ``If-None-Match`` that still matches.
+  ``?omit=health`` leaves out the leak and hang details, which change with every sample: the
+  operator reads that view at each resync, so a settled runtime answers 304 and nothing is decoded.
 - ``GET /metrics``: the runtime's ``ascend_llm_*`` metrics followed by the engine's own
   ``vllm:*`` metrics (fetched live, so one scrape target serves both).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from typing import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.helpers import ETAG_ANY
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ascend_runtime.state import StateStore
 
 log = logging.getLogger(__name__)
+
+#: Parts of ``/state`` that ``?omit=`` may leave out.
+OMITTABLE = frozenset({"health"})
+
+
+def state_etag(body: bytes) -> str:
+    """The strong ETag of a ``/state`` body (unquoted): equal bodies, equal tags."""
+    return hashlib.blake2b(body, digest_size=12).hexdigest()
 
 
 def build_app(store: StateStore, engine_metrics: Callable[[], Awaitable[str | None]]) -> web.Application:
@@ -41,8 +54,23 @@ def build_app(store: StateStore, engine_metrics: Callable[[], Awaitable[str | No
         body = {"live": store.state.live, "reasons": store.state.live_reasons}
         return web.json_response(body, status=200 if store.state.live else 503)
 
-    async def state(_: web.Request) -> web.Response:
-        return web.Response(text=json.dumps(store.snapshot()), content_type="application/json")
+    async def state(request: web.Request) -> web.Response:
+        omit = set(request.query.getall("omit", ()))
+        if omit - OMITTABLE:
+            return web.json_response({"error": f"omit={','.join(sorted(omit - OMITTABLE))} is not a part of /state "
+                                               f"that can be left out; omit takes: {', '.join(sorted(OMITTABLE))}"},
+                                     status=400)
+        snapshot = store.snapshot()
+        for key in omit:
+            snapshot.pop(key, None)
+        body = json.dumps(snapshot).encode()
+        etag = state_etag(body)
+        if any(tag.value in (etag, ETAG_ANY) for tag in request.if_none_match or ()):
+            response = web.Response(status=304)
+        else:
+            response = web.Response(body=body, content_type="application/json")
+        response.etag = etag
+        return response
 
     async def metrics(_: web.Request) -> web.Response:
         text = generate_latest(store.registry).decode()
