@@ -8,7 +8,9 @@ generation, and keeps only the resources checked last; the inputs change with th
 discovery, the settings object and any change of a child or pod in the watch cache (added,
 changed, removed), and not with the same object put again; an unreadable pod is asked again
 after the base delay, doubling to the cap, at once when its pod changes, and is forgotten once read;
-the retries of many Ready pods that do not answer keep to the retry rate.
+the retries of many Ready pods that do not answer keep to the retry rate; a Ready pod whose runtime
+answers unchanged is asked by skipped passes after a doubling wait up to the cap, at once after a
+change, a failure or a change of its pod, and always by a full pass.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ascend_operator import specmemo
 from ascend_operator.api import SpecError
 from ascend_operator.builders.common import RESOURCE_LABEL
 from ascend_operator.lastpass import Inputs, same_states, skippable
-from ascend_operator.podreads import StateTarget, Unreadable, pod_ready, state_targets
+from ascend_operator.podreads import PodReader, Settled, StateTarget, Unreadable, pod_ready, state_targets
 from ascend_operator.settings import OperatorSettings
 from ascend_operator.specmemo import SpecMemo
 from ascend_operator.watchcache import WatchCache
@@ -238,3 +240,82 @@ def test_the_retries_of_many_ready_pods_that_do_not_answer_keep_to_the_rate() ->
     assert all(memo.due(NS, pod) for pod in pods)
     few = Unreadable(5.0, max_s=300.0, clock=lambda: now[0], rate=10.0)
     assert retry_waits(few, pods[0], now, 3) == [5.0, 300.0, 300.0]  # few held: the longest wait as before
+
+
+def ready_target(version: str = "5", ready: bool = True) -> StateTarget:
+    return StateTarget("tiny-0", "10.0.0.1", version, ready)
+
+
+def test_a_settled_runtime_is_asked_after_a_doubling_wait_up_to_the_cap() -> None:
+    now = [0.0]
+    settled = Settled(5.0, 300.0, clock=lambda: now[0])
+    state = RuntimeState(phase=RuntimePhase.READY, ready=True)
+    target = ready_target()
+    settled.answered(NS, target, state)  # a first answer: nothing to compare, asked at the next pass
+    assert settled.held(NS, target) is None
+    waits = []
+    for _ in range(8):
+        settled.answered(NS, target, RuntimeState(phase=RuntimePhase.READY, ready=True))  # equal, not the same
+        assert settled.held(NS, target) == state
+        start = now[0]
+        while settled.held(NS, target) is not None:
+            now[0] += 1.0
+        waits.append(now[0] - start)
+    assert waits == [10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]
+
+
+def test_a_change_a_failure_a_changed_or_unready_pod_ask_at_the_next_pass() -> None:
+    now = [0.0]
+    settled = Settled(5.0, 300.0, clock=lambda: now[0])
+    ready = RuntimeState(phase=RuntimePhase.READY, ready=True)
+    for _ in range(3):
+        settled.answered(NS, ready_target(), ready)
+    assert settled.held(NS, ready_target()) is ready
+    assert settled.held(NS, ready_target(version="6")) is None  # the pod changed
+    assert settled.held(NS, ready_target(ready=False)) is None  # no longer Ready
+    assert settled.held("other", ready_target()) is None  # keyed by namespace
+
+    settled.answered(NS, ready_target(), RuntimeState(phase=RuntimePhase.READY, ready=True, leak_suspected=True))
+    assert settled.held(NS, ready_target()) is None  # a change: asked again at once
+    for _ in range(3):
+        settled.answered(NS, ready_target(), ready)
+    settled.answered(NS, ready_target(), None)  # no answer: forgotten
+    assert settled.held(NS, ready_target()) is None and len(settled) == 0
+    settled.answered(NS, ready_target(ready=False), ready)
+    assert len(settled) == 0  # a pod that is not Ready is asked at every pass
+
+
+async def test_only_a_skipped_pass_uses_the_held_state_and_other_pods_are_still_read() -> None:
+    asked: list[str] = []
+    ready = RuntimeState(phase=RuntimePhase.READY, ready=True)
+
+    class Reader(PodReader):
+        async def read_state(self, namespace, pod, port=8080, *, pod_ip=None):  # type: ignore[override]
+            asked.append(pod)
+            return ready
+
+    reader = Reader(None, timeout_s=1, via_proxy=False, retry_base_s=5.0, settled_max_s=300.0)  # type: ignore[arg-type]
+    targets = (StateTarget("a", "10.0.0.1", "1", True), StateTarget("b", "10.0.0.2", "1", False))
+    for _ in range(2):
+        await reader.read_targets(NS, targets, settled=True)
+    assert asked == ["a", "b", "a", "b"]
+    asked.clear()
+    assert await reader.read_targets(NS, targets, settled=True) == {"a": ready, "b": ready}
+    assert asked == ["b"]  # a is settled: its state is held; b is not Ready: asked
+    await reader.read_targets(NS, targets)  # a full pass asks every runtime
+    assert asked == ["b", "a", "b"]
+
+
+def test_a_full_pass_starts_the_doubling_again() -> None:
+    now = [0.0]
+    settled = Settled(5.0, 300.0, clock=lambda: now[0])
+    ready = RuntimeState(phase=RuntimePhase.READY, ready=True)
+    for _ in range(6):
+        settled.answered(NS, ready_target(), ready)
+    now[0] += 100.0
+    assert settled.held(NS, ready_target()) is ready  # 300 s to wait
+    settled.answered(NS, ready_target(), ready, settled=False)  # a full pass read it (it wrote an adapter)
+    assert settled.held(NS, ready_target()) is None  # asked at the next pass again
+    settled.answered(NS, ready_target(), ready)
+    now[0] += 10.0
+    assert settled.held(NS, ready_target()) is None  # then 10 s, 20 s, ...

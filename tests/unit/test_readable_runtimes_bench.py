@@ -2,11 +2,13 @@
 runtime's own ``/state`` (tagged, 304 to a matching ask) while its health samples move, and counts
 its answers by status; the route makes a whole range local and is gone after the block; the
 project's operator is told to read pod IPs (the minimal ones are not); the table shows the answers.
+bench/read_connections.py prints its two ways side by side and rereads a saved report.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -86,3 +88,17 @@ def test_the_local_route_delivers_a_whole_range_here_and_is_removed_after(tmp_pa
         with pytest.raises(OSError):
             socket.create_connection((address, port), timeout=2).close()
         assert time.monotonic() - started < 10
+
+
+def test_read_connections_prints_both_ways_side_by_side_and_rereads_its_report(tmp_path, capsys) -> None:
+    rc = load_bench("read_connections")
+    rows = [{"connections": "closed after each read", "pods": 10, "cpu_us_per_read": 500.0, "resync_wall_s": 0.1,
+             "rss_held_mb": 0.1, "descriptors_held": 0},
+            {"connections": "kept alive", "pods": 10, "cpu_us_per_read": 180.0, "resync_wall_s": 0.05,
+             "rss_held_mb": 0.2, "descriptors_held": 10}]
+    saved = tmp_path / "r.json"
+    saved.write_text(json.dumps({"pods": 10, "rows": rows}))
+    assert rc.main(["--reread", str(saved)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == "| closed after each read | 10 | 500.0 | 0.1 | 0.1 | 0 |"
+    assert lines[3] == "| kept alive | 10 | 180.0 | 0.05 | 0.2 | 10 |"

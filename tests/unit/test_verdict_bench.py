@@ -80,7 +80,8 @@ def test_format_verdicts_writes_one_line_per_goal():
 #: loadgen suggests an autoscaling target; prefix_routing, cpu_threads and queue_resync report figures
 #: (queue_resync's goal is operator_scale's idle CPU); minimal_operator is operator_scale's yardstick, not a bench.
 NO_GOAL = {"leak_detection.py", "loadgen.py", "prefix_routing.py", "cpu_threads.py", "minimal_operator.py",
-           "queue_resync.py", "service_alloc.py", "readable_runtimes.py"}
+           "queue_resync.py", "service_alloc.py", "readable_runtimes.py",
+           "read_connections.py"}
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in BENCH.parent.glob("*.py") if p != BENCH))

@@ -189,12 +189,13 @@ async def reconcile_key(ctx: OperatorContext, key: str) -> float | None:
     last = ctx.last_passes.get(key)
     if last is not None:
         # Skipped when nothing it would read changed since a pass that wrote nothing
-        # (ascend_operator.lastpass): only the runtime states are read again.
+        # (ascend_operator.lastpass): only the runtime states are read again, a settled one
+        # less and less often (podreads.Settled).
         namespace, _, name = key.partition("/")
         inputs = Inputs(ctx.store.version(key), await ctx.kube.served(ctx.settings.discovery_ttl_s), ctx.settings,
                         ctx.watch_cache.changed(namespace, label_value(name)))
         if inputs.same(last.inputs):
-            states = await ctx.pods.read_targets(namespace, last.targets)
+            states = await ctx.pods.read_targets(namespace, last.targets, settled=True)
             if same_states(last.states, states):
                 return last.due_s
         ctx.last_passes.forget(key)

@@ -142,7 +142,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
         settings=ops, kube=kube,
         pods=PodReader(kube, timeout_s=ops.status_read_timeout_s,
                        via_proxy=ops.state_read_mode() == StateRead.PROXY,
-                       retry_base_s=ops.progress_poll_interval_s),
+                       retry_base_s=ops.progress_poll_interval_s,
+                       # A settled runtime is asked at least every fifth resync (podreads.Settled).
+                       settled_max_s=5 * ops.resync_interval_s),
     )
     ctx.queue = WorkQueue(
         lambda key: handle_reconcile.reconcile_key(ctx, key),
