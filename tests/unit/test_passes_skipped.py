@@ -245,6 +245,18 @@ def test_the_retries_of_many_ready_pods_that_do_not_answer_keep_to_the_rate() ->
 def ready_target(version: str = "5", ready: bool = True) -> StateTarget:
     return StateTarget("tiny-0", "10.0.0.1", version, ready)
 
+READY = RuntimeState(phase=RuntimePhase.READY, ready=True)
+
+
+def settled_after(answers: int) -> tuple[Settled, list[float]]:
+    """A :class:`Settled` (5 s base, 300 s cap) on a clock the test moves, after ``answers`` equal
+    answers of ``tiny-0``'s runtime in skipped passes."""
+    now = [0.0]
+    settled = Settled(5.0, 300.0, clock=lambda: now[0])
+    for _ in range(answers):
+        settled.answered(NS, ready_target(), READY)
+    return settled, now
+
 
 def test_a_settled_runtime_is_asked_after_a_doubling_wait_up_to_the_cap() -> None:
     now = [0.0]
@@ -265,11 +277,8 @@ def test_a_settled_runtime_is_asked_after_a_doubling_wait_up_to_the_cap() -> Non
 
 
 def test_a_change_a_failure_a_changed_or_unready_pod_ask_at_the_next_pass() -> None:
-    now = [0.0]
-    settled = Settled(5.0, 300.0, clock=lambda: now[0])
-    ready = RuntimeState(phase=RuntimePhase.READY, ready=True)
-    for _ in range(3):
-        settled.answered(NS, ready_target(), ready)
+    settled, _ = settled_after(3)
+    ready = READY
     assert settled.held(NS, ready_target()) is ready
     assert settled.held(NS, ready_target(version="6")) is None  # the pod changed
     assert settled.held(NS, ready_target(ready=False)) is None  # no longer Ready
@@ -307,11 +316,8 @@ async def test_only_a_skipped_pass_uses_the_held_state_and_other_pods_are_still_
 
 
 def test_a_full_pass_starts_the_doubling_again() -> None:
-    now = [0.0]
-    settled = Settled(5.0, 300.0, clock=lambda: now[0])
-    ready = RuntimeState(phase=RuntimePhase.READY, ready=True)
-    for _ in range(6):
-        settled.answered(NS, ready_target(), ready)
+    settled, now = settled_after(6)
+    ready = READY
     now[0] += 100.0
     assert settled.held(NS, ready_target()) is ready  # 300 s to wait
     settled.answered(NS, ready_target(), ready, settled=False)  # a full pass read it (it wrote an adapter)
