@@ -1,7 +1,7 @@
 """The operator's CPU per resync of a settled resource: the real work queue and skip path, per-key
-timers against coarse timers, side by side in one run.
+timers against coarse timers, and runtimes that answer, side by side in one run.
 
-Run:  python bench/queue_resync.py [--counts 1000,10000] [--resync 30] [--seconds 10] [--out FILE]
+Run:  python bench/queue_resync.py [--counts 1000,10000] [--resync 30] [--seconds 10] [--reads] [--out FILE]
       python bench/queue_resync.py --reread FILE
 
 Each cell starts ``count`` resources whose last pass wrote nothing (``ascend_operator.lastpass``),
@@ -12,25 +12,39 @@ client is a stand-in (discovery answers from memory; no read is due). The proces
 ``--seconds`` divided by the resyncs run is the cost of one; times ``count / resync`` it is the
 cores the resyncs take while idle. Settings: ``timer_granularity_s`` 0 (a timer per resource,
 each resync its own wake-up of the loop) and 1 (the default: resyncs due within a second start on
-one wake-up). Exit 0 when it ran, 2 for a --reread file that is not a saved report. The pure
-part (``format_report``) is tested by tests/unit/test_queue_resync_bench.py.
+one wake-up). ``--reads`` adds, with coarse timers, cells whose runtimes answer: one stand-in
+process (bench/readable_runtimes.py, the runtime's own app on port 8080) serves every pod IP, the
+pods at loopback addresses (127.0.0.0/8 is this machine's; no root needed), each read a
+conditional ``GET /state?omit=health`` answered 304 as a settled runtime's is. ``every resync``:
+each resync asks its runtime (the code before ``podreads.Settled``); ``settled``: the operator's
+backoff (the progress poll interval doubling to five resync intervals), the last reads spread
+over the longest wait and one resync, as after it has run that long. The stand-in's CPU is its own process's, not counted. Exit 0 when
+it ran, 2 for a --reread file that is not a saved report. The pure part (``format_report``) is
+tested by tests/unit/test_queue_resync_bench.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 GRANULARITIES = (0.0, 1.0)
+#: What the pods' runtimes do: none answers (the reads are not due), or each answers 304, asked at
+#: every resync or as the settled backoff asks.
+READ_MODES = ("none", "every", "settled")
+#: The runtime port (ascend_runtime.config.DEFAULT_RUNTIME_PORT) and the stand-in's counts port.
+RUNTIME_PORT, COUNTS_PORT = 8080, 18981
 
 
 class _Discovery:
@@ -43,8 +57,15 @@ class _Discovery:
         raise AssertionError("no runtime read is due in this bench")
 
 
-async def measure(count: int, resync_s: float, seconds: float, granularity: float) -> dict[str, Any]:
-    """One cell: the resyncs run and the CPU they took."""
+def pod_ip(index: int) -> str:
+    """A loopback address of its own for each pod (the stand-in answers on all of them)."""
+    return f"127.{1 + index // 62500}.{index // 250 % 250}.{index % 250 + 1}"
+
+
+async def measure(count: int, resync_s: float, seconds: float, granularity: float,
+                  reads: str = "none", answered: Callable[[], int] | None = None) -> dict[str, Any]:
+    """One cell: the resyncs run, the runtime reads made and the CPU they took. ``answered``: the
+    stand-in's count of its 304 answers so far (``reads`` other than none)."""
 
     from ascend_operator.handlers import OperatorContext
     from ascend_operator.handlers.handle_reconcile import reconcile_key
@@ -54,52 +75,108 @@ async def measure(count: int, resync_s: float, seconds: float, granularity: floa
     from ascend_operator.settings import OperatorSettings
     from ascend_operator.workqueue import QueueSettings, WorkQueue
 
+    if reads not in READ_MODES:
+        raise ValueError(f"reads={reads!r}: one of {', '.join(READ_MODES)}")
     settings, kube = OperatorSettings(), _Discovery()
-    ctx = OperatorContext(settings=settings, kube=kube, pods=PodReader(kube, timeout_s=1.0))  # type: ignore[arg-type]
+    # The readers' clock: while the settled backoff's waits are set up it stands at ``virtual``
+    # (moved by hand), then runs on from where the set-up left it, every key's set-up at one time.
+    virtual, offset = [time.monotonic()], [None]
+
+    def clock() -> float:
+        return virtual[0] if offset[0] is None else time.monotonic() - offset[0]
+
+    # As handle_startup builds it; "every" asks at each resync (a base wait of 0 never grows).
+    base_s = 0.0 if reads == "every" else settings.progress_poll_interval_s
+    ctx = OperatorContext(settings=settings, kube=kube, pods=PodReader(  # type: ignore[arg-type]
+        kube, timeout_s=5.0, via_proxy=reads == "none", retry_base_s=base_s, settled_max_s=5 * resync_s,
+        clock=clock))
     served = await kube.served(0)
-    runs = 0
+    runs, rng = 0, random.Random(count)
     for index in range(count):
         namespace, name = f"ns-{index // 100:03d}", f"llm-{index:05d}"
         ctx.store.put({"metadata": {"namespace": namespace, "name": name, "resourceVersion": str(index + 1)},
                        "spec": {}})
-        pod = StateTarget(f"{name}-0", "10.0.0.1", "1", ready=True)
-        for _ in range(2):  # Ready and unreadable twice: not asked again within this run
-            ctx.pods.unreadable.failed(namespace, pod)
+        pod = StateTarget(f"{name}-0", pod_ip(index) if reads != "none" else "10.0.0.1", "1", ready=True)
+        if reads == "none":
+            for _ in range(2):  # Ready and unreadable twice: not asked again within this run
+                ctx.pods.unreadable.failed(namespace, pod)
+            states = {pod.name: None}
+        else:  # the full pass's read (its answer 200, the ETag kept), then as a settled resource's
+            # answered unchanged long enough for the longest wait, the last read spread over the
+            # longest wait and one resync before the end of the set-up (a read comes at the first
+            # resync after it is due)
+            end, longest = virtual[0], 5 * resync_s
+            virtual[0] = end - rng.random() * (longest + resync_s) - 8 * longest
+            states = await ctx.pods.read_targets(namespace, (pod,))
+            if states[pod.name] is None:
+                raise RuntimeError(f"the stand-in runtime did not answer at {pod.ip}:{RUNTIME_PORT}")
+            for _ in range(8 if reads == "settled" else 0):  # the base wait doubled 7 times passes the longest
+                virtual[0] += longest  # the next read is due: move the clock on to it
+                await ctx.pods.read_targets(namespace, (pod,), settled=True)
+            virtual[0] = end
         inputs = Inputs(str(index + 1), served, settings, ctx.watch_cache.changed(namespace, label_value(name)))
-        ctx.last_passes.record(f"{namespace}/{name}", LastPass(inputs, (pod,), {pod.name: None}, resync_s))
+        ctx.last_passes.record(f"{namespace}/{name}", LastPass(inputs, (pod,), states, resync_s))
 
     async def worker(key: str) -> float | None:
         nonlocal runs
         runs += 1
         return await reconcile_key(ctx, key)
 
-    queue = WorkQueue(worker, QueueSettings(timer_granularity_s=granularity))
+    offset[0] = time.monotonic() - virtual[0]
+    queue = WorkQueue(worker, QueueSettings(concurrency=settings.max_concurrent_reconciles,
+                                            timer_granularity_s=granularity))
     ctx.queue = queue
     queue.start()
-    rng = random.Random(count)
     for key in ctx.store.keys():
         queue.request(key, rng.random() * resync_s)
     await asyncio.sleep(min(resync_s, 2.0))
+    before = await asyncio.to_thread(answered) if answered is not None else 0
     runs, cpu0, wall0 = 0, time.process_time(), time.monotonic()
     await asyncio.sleep(seconds)
     cpu, wall, done = time.process_time() - cpu0, time.monotonic() - wall0, runs
+    made = (await asyncio.to_thread(answered)) - before if answered is not None else 0
     await queue.stop()
+    await ctx.pods.close()
     per_run_us = cpu / done * 1e6 if done else None
-    return {"count": count, "granularityS": granularity, "resyncs": done, "wallS": round(wall, 2),
+    return {"count": count, "granularityS": granularity, "reads": reads, "runtimeReads": made, "resyncs": done,
+            "wallS": round(wall, 2),
             "cpuS": round(cpu, 4), "perResyncUs": round(per_run_us, 1) if per_run_us is not None else None,
             "idleCores": round(cpu / wall, 4)}
+
+
+#: How the table names each way the runtimes answer.
+READ_LABELS = {"none": "not read (not due)", "every": "304, asked every resync", "settled": "304, settled backoff"}
 
 
 def format_report(report: Mapping[str, Any]) -> str:
     lines = [f"Resyncs of settled resources every {report['resyncS']:g} s, {report['seconds']:g} s measured per cell "
              f"(commit {report.get('commit') or '-'}):", "",
-             "| resources | timers | resyncs run | CPU per resync (us) | cores while idle |",
-             "|---|---|---|---|---|"]
+             "| resources | timers | runtimes | resyncs run | runtime reads | CPU per resync (us) | cores while idle |",
+             "|---|---|---|---|---|---|---|"]
     for cell in report["cells"]:
         timers = "one per resource" if not cell["granularityS"] else f"coarse ({cell['granularityS']:g} s)"
         per = "-" if cell["perResyncUs"] is None else f"{cell['perResyncUs']:.0f}"
-        lines.append(f"| {cell['count']} | {timers} | {cell['resyncs']} | {per} | {cell['idleCores']:.4f} |")
+        runtimes = READ_LABELS[cell.get("reads", "none")]  # reports before --reads: none read
+        lines.append(f"| {cell['count']} | {timers} | {runtimes} | {cell['resyncs']} | {cell.get('runtimeReads', 0)} "
+                     f"| {per} | {cell['idleCores']:.4f} |")
     return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def answering_runtimes() -> Iterator[Callable[[], int]]:
+    """The stand-in runtime (bench/readable_runtimes.py) on every loopback address while the block
+    runs; gives its count of 304 answers so far."""
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from readable_runtimes import StandIn
+
+    with tempfile.TemporaryDirectory() as folder:
+        stand_in = StandIn(RUNTIME_PORT, COUNTS_PORT, Path(folder) / "standin.log")
+        stand_in.start()
+        try:
+            yield lambda: stand_in.answers()["304"]
+        finally:
+            stand_in.stop()
 
 
 def git_commit() -> str | None:
@@ -116,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resync", type=float, default=30.0, help="Resync interval, s (default %(default)s, "
                         "as bench/operator_scale.py's).")
     parser.add_argument("--seconds", type=float, default=10.0, help="Seconds measured per cell (default %(default)s).")
+    parser.add_argument("--reads", action="store_true", help="Also cells whose runtimes answer (a stand-in on port "
+                        f"{RUNTIME_PORT}, which must be free), asked every resync and as settled, coarse timers.")
     parser.add_argument("--out", type=Path, default=None, help="Write the report as JSON here.")
     parser.add_argument("--reread", type=Path, default=None, metavar="FILE", help="Print the table of a saved report.")
     args = parser.parse_args(argv)
@@ -127,8 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     counts = [int(count) for count in args.counts.split(",") if count.strip()]
-    cells = [asyncio.run(measure(count, args.resync, args.seconds, granularity))
-             for count in counts for granularity in GRANULARITIES]
+    cells = []
+    for count in counts:
+        cells += [asyncio.run(measure(count, args.resync, args.seconds, granularity)) for granularity in GRANULARITIES]
+        if args.reads:
+            with answering_runtimes() as answered:
+                cells += [asyncio.run(measure(count, args.resync, args.seconds, GRANULARITIES[-1], reads, answered))
+                          for reads in READ_MODES[1:]]
     report = {"commit": git_commit(), "resyncS": args.resync, "seconds": args.seconds, "cells": cells,
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     print(format_report(report))

@@ -31,6 +31,7 @@ most of the operator's idle CPU (bench/README.md).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import urllib3
+import yarl
 from ascend_runtime.cachelayout import DEFAULT_PROGRESS_PORT, FetchProgress
 from ascend_runtime.config import DEFAULT_RUNTIME_PORT, RuntimeState
 from kubernetes.client.exceptions import ApiException
@@ -205,6 +207,14 @@ class Settled:
             self._sweep_at = 2 * len(self._held) + 1024
 
 
+@functools.lru_cache(maxsize=32768)
+def direct_url(pod_ip: str, port: int, path: str, query: tuple[tuple[str, str], ...] = ()) -> yarl.URL:
+    """``http://<pod IP>:<port>/<path>?<query>``, built once per pod and not parsed again at each
+    read (aiohttp takes a URL as it is)."""
+    host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
+    return yarl.URL(f"http://{host}:{port}/{path}").with_query(query)
+
+
 class PodReader:
     """The runtime states and fetch progress of pods, read from their IPs or through the pod proxy."""
 
@@ -243,9 +253,8 @@ class PodReader:
         cluster): the answer's ETag and JSON body; the body is :data:`NOT_MODIFIED` when ``etag``
         still matches (HTTP 304)."""
 
-        host = f"[{pod_ip}]" if ":" in pod_ip else pod_ip
         headers = {"If-None-Match": etag} if etag else None
-        async with self._direct_session().get(f"http://{host}:{port}/{path}", params=list(query),
+        async with self._direct_session().get(direct_url(pod_ip, port, path, tuple(query)),
                                               headers=headers) as response:
             if response.status == 304 and etag:
                 return etag, NOT_MODIFIED
@@ -318,8 +327,11 @@ class PodReader:
                 result[target.name] = held
             elif self.unreadable.due(namespace, target):
                 due.append(target)
-        states = await asyncio.gather(*(self.read_state(namespace, target.name, port, pod_ip=target.ip)
-                                        for target in due))
+        if len(due) == 1:  # most passes (one replica, or one due): no task to gather
+            states = [await self.read_state(namespace, due[0].name, port, pod_ip=due[0].ip)]
+        else:
+            states = await asyncio.gather(*(self.read_state(namespace, target.name, port, pod_ip=target.ip)
+                                            for target in due))
         for target, state in zip(due, states, strict=True):
             if state is None:
                 self.unreadable.failed(namespace, target)

@@ -102,3 +102,18 @@ def test_read_connections_prints_both_ways_side_by_side_and_rereads_its_report(t
     lines = capsys.readouterr().out.splitlines()
     assert lines[2] == "| closed after each read | 10 | 500.0 | 0.1 | 0.1 | 0 |"
     assert lines[3] == "| kept alive | 10 | 180.0 | 0.05 | 0.2 | 10 |"
+
+
+def test_a_route_that_cannot_be_added_names_the_flag_and_root(monkeypatch) -> None:
+    # What `ip route add` answers a user who is not root; nothing is run after it, nothing removed.
+    calls: list[list[str]] = []
+
+    def refused(command, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, 2, "", "RTNETLINK answers: Operation not permitted\n")
+
+    monkeypatch.setattr(rr.subprocess, "run", refused)
+    with pytest.raises(RuntimeError, match=r"Operation not permitted.*--readable-runtimes needs root"):
+        with rr.local_route("10.254.251.0/24"):
+            pytest.fail("the block must not run without the route")
+    assert calls == [["ip", "route", "add", "local", "10.254.251.0/24", "dev", "lo"]]

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from ascend_operator.lastpass import same_states
-from ascend_operator.podreads import ANSWER_KEEP_S, Answers, PodReader
+from ascend_operator.podreads import ANSWER_KEEP_S, Answers, PodReader, direct_url
 from ascend_runtime.config import RuntimePhase, RuntimeState
 from ascend_runtime.server import build_app, start_server
 from ascend_runtime.state import StateStore
@@ -172,3 +172,10 @@ def test_answers_not_used_for_the_keep_time_are_swept() -> None:
     assert answers.etag(("llm", "kept", "state")) == "a" and answers.etag(("llm", "gone-0", "state")) is None
     answers.put(("llm", "kept", "state"), None, state)  # an untagged answer: nothing to ask with
     assert answers.etag(("llm", "kept", "state")) is None
+
+
+def test_direct_urls_bracket_ipv6_pods_and_carry_the_query() -> None:
+    assert str(direct_url("10.1.2.3", 8080, "state", (("omit", "health"),))) == "http://10.1.2.3:8080/state?omit=health"
+    assert str(direct_url("fd00::7", 8081, "progress")) == "http://[fd00::7]:8081/progress"
+    assert direct_url("10.1.2.3", 8080, "state", (("omit", "health"),)) is direct_url(
+        "10.1.2.3", 8080, "state", (("omit", "health"),))  # built once per pod
