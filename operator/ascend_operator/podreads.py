@@ -63,6 +63,8 @@ NOT_MODIFIED = object()
 UNREADABLE_RETRY_MAX_S = 300.0
 #: The most retries a second of Ready pods that did not answer, all of them together.
 UNREADABLE_RETRY_RATE = 10.0
+#: The shortest time a direct read's connection is kept unused (seconds).
+KEEPALIVE_MIN_S = 120.0
 #: How long an answer is kept for a conditional read after it was last used (seconds).
 ANSWER_KEEP_S = 3600.0
 
@@ -228,17 +230,22 @@ class PodReader:
         #: What each pod answered last with an ETag (direct reads ask with ``If-None-Match``).
         self.answers = Answers(clock=clock)
         self._timeout_s = timeout_s
+        #: How long a direct read's connection is kept unused: past a settled runtime's next read.
+        self.keepalive_s = max(KEEPALIVE_MIN_S, 2 * settled_max_s)
         #: Read through the API server's pod proxy (True) or straight from the pod IP.
         self._via_proxy = via_proxy
         self._session: aiohttp.ClientSession | None = None
 
     def _direct_session(self) -> aiohttp.ClientSession:
         # One session for every direct read: its connector keeps each runtime's connection alive
-        # between resyncs, instead of a new session, connector and connection per read.
+        # between resyncs, instead of a new session, connector and connection per read. Kept
+        # past a settled runtime's longest wait and the resync that follows it (twice that wait):
+        # at 120 s every settled read made a new connection, which costs the operator 2.2x the
+        # CPU of a read on a kept one (bench/read_connections.py).
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=120.0))
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=self.keepalive_s))
         return self._session
 
     async def close(self) -> None:

@@ -179,3 +179,15 @@ def test_direct_urls_bracket_ipv6_pods_and_carry_the_query() -> None:
     assert str(direct_url("fd00::7", 8081, "progress")) == "http://[fd00::7]:8081/progress"
     assert direct_url("10.1.2.3", 8080, "state", (("omit", "health"),)) is direct_url(
         "10.1.2.3", 8080, "state", (("omit", "health"),))  # built once per pod
+
+
+async def test_direct_read_connections_outlive_a_settled_runtimes_longest_wait() -> None:
+    # A settled runtime is read again after up to settled_max_s and then at the next resync: its
+    # connection must still be there, or every such read opens a new one.
+    reader = PodReader(None, timeout_s=5, via_proxy=False, settled_max_s=300.0)  # type: ignore[arg-type]
+    try:
+        assert reader.keepalive_s == 600.0
+        assert reader._direct_session().connector._keepalive_timeout == 600.0  # type: ignore[union-attr]
+    finally:
+        await reader.close()
+    assert PodReader(None, timeout_s=5, settled_max_s=10.0).keepalive_s == 120.0  # type: ignore[arg-type]
