@@ -18,7 +18,8 @@ pods at loopback addresses (127.0.0.0/8 is this machine's; no root needed), each
 conditional ``GET /state?omit=health`` answered 304 as a settled runtime's is. ``every resync``:
 each resync asks its runtime (the code before ``podreads.Settled``); ``settled``: the operator's
 backoff (the progress poll interval doubling to five resync intervals), the last reads spread
-over the longest wait and one resync, as after it has run that long. The stand-in's CPU is its own process's, not counted. Exit 0 when
+over the longest wait and one resync, as after it has run that long (the connections, though,
+all made during the set-up). The stand-in's CPU is its own process's, not counted. Exit 0 when
 it ran, 2 for a --reread file that is not a saved report. The pure part (``format_report``) is
 tested by tests/unit/test_queue_resync_bench.py.
 """
