@@ -39,13 +39,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ascend_runtime.config import DEFAULT_RUNTIME_PORT as RUNTIME_PORT
+
 ROOT = Path(__file__).resolve().parents[1]
 GRANULARITIES = (0.0, 1.0)
 #: What the pods' runtimes do: none answers (the reads are not due), or each answers 304, asked at
 #: every resync or as the settled backoff asks.
 READ_MODES = ("none", "every", "settled")
-#: The runtime port (ascend_runtime.config.DEFAULT_RUNTIME_PORT) and the stand-in's counts port.
-RUNTIME_PORT, COUNTS_PORT = 8080, 18981
+#: Where the stand-in counts its answers (it serves the runtime port, RUNTIME_PORT).
+COUNTS_PORT = 18981
 
 
 class _Discovery:
