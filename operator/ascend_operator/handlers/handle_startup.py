@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 from ascend_runtime import redact
 
-from ascend_operator import allocator
+from ascend_operator import allocator, collector
 from ascend_operator.api import GROUP
 from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_events, handle_reconcile
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
@@ -30,6 +30,7 @@ from ascend_operator.workqueue import QueueSettings, WorkQueue
 
 SETTINGS_KEY = "ascend_settings"
 TRIM_TASK_KEY = "ascend_trim_task"
+FREEZE_TASK_KEY = "ascend_freeze_task"
 #: kopf's insights (what it serves), put in the memo by ``ascend-llm operator run``.
 INSIGHTS_KEY = "ascend_kopf_insights"
 REDISCOVERY_KEY = "ascend_rediscovery"
@@ -153,6 +154,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     )
     memo[MEMO_KEY] = ctx
     memo[TRIM_TASK_KEY] = asyncio.create_task(_trim_forever(), name="ascend-llm malloc_trim")
+    memo[FREEZE_TASK_KEY] = asyncio.create_task(_freeze_forever(collector.Freezer()), name="ascend-llm gc.freeze")
     if memo.get(INSIGHTS_KEY) is not None:
         memo[REDISCOVERY_KEY] = Rediscovery(memo[INSIGHTS_KEY], kopf.get_default_registry(), settings, logger)
         memo[REDISCOVERY_KEY].start()
@@ -214,12 +216,23 @@ async def _trim_forever() -> None:
         allocator.trim()
 
 
-async def cleanup(memo: kopf.Memo) -> None:
-    """Stop the queue (running reconciles are cancelled: each is safe to repeat), close the pool."""
+async def _freeze_forever(freezer: collector.Freezer) -> None:
+    """Keep full collections off the settled heap (``ascend_operator.collector``)."""
+    while True:
+        await asyncio.sleep(collector.CHECK_INTERVAL_S)
+        freezer.step()
 
-    task = memo.get(TRIM_TASK_KEY)
-    if task is not None:
-        task.cancel()
+
+async def cleanup(memo: kopf.Memo) -> None:
+    """Stop the queue (running reconciles are cancelled: each is safe to repeat), close the pool;
+    unfreeze the heap (an operator embedded in a longer process leaves it as it found it)."""
+
+    for key in (TRIM_TASK_KEY, FREEZE_TASK_KEY):
+        task = memo.get(key)
+        if task is not None:
+            task.cancel()
+    if memo.get(FREEZE_TASK_KEY) is not None:
+        collector.unfreeze()
     if memo.get(REDISCOVERY_KEY) is not None:
         memo[REDISCOVERY_KEY].stop()
     if MEMO_KEY in memo:
