@@ -1,9 +1,9 @@
 """CPython's cycle collector, told to skip the operator's settled state.
 
 The operator holds every resource's body, children, pods and memos for as long as it runs, and
-each full collection traverses all of them: at 3,000 resources here about 0.24 s each, 34 of
-them in the converge and one every 40 s while idle (the resyncs' short-lived objects start
-them; bench/README.md). After each full collection :class:`Freezer` freezes what survived
+each full collection traverses all of them: at 3,000 resources here up to 0.3 s each, 14 in the
+converge and one every 40 s or so while idle (the resyncs' short-lived objects start them;
+bench/README.md, bench/heap_probe.py). After each full collection :class:`Freezer` freezes what survived
 (``gc.freeze``: later collections skip it), so the next one traverses only what was made since.
 A frozen object that is dropped is still freed by its reference count; only a garbage cycle
 among frozen objects waits: every :attr:`Freezer.unfreeze_s` the whole heap is collected once
