@@ -78,13 +78,18 @@ def format_report(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _when(text: str) -> float:
+def _when(flag: str, text: str) -> float:
+    """``HH:MM:SS`` (UTC, today) or epoch seconds; a ValueError naming ``flag`` otherwise."""
     try:
         return float(text)
     except ValueError:
+        pass
+    try:
         clock = dt.time.fromisoformat(text)
-        today = dt.datetime.now(dt.timezone.utc).date()
-        return dt.datetime.combine(today, clock, tzinfo=dt.timezone.utc).timestamp()
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: give HH:MM:SS (UTC, today) or epoch seconds") from None
+    today = dt.datetime.now(dt.timezone.utc).date()
+    return dt.datetime.combine(today, clock, tzinfo=dt.timezone.utc).timestamp()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,8 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from operator_scale import git_commit
 
-    lines = [json.loads(text) for text in args.source.read_text(encoding="utf-8").splitlines() if text.strip()]
-    report = {**window(lines, _when(args.start), _when(args.end), args.label), "commit": args.commit or git_commit()}
+    try:
+        text = args.source.read_text(encoding="utf-8")
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        found = window(lines, _when("--start", args.start), _when("--end", args.end), args.label)
+    except OSError as error:
+        parser.error(f"--from {args.source}: {error.strerror}")
+    except json.JSONDecodeError as error:
+        parser.error(f"--from {args.source}: not the probe's file (line {error.lineno}: {error.msg})")
+    except ValueError as error:
+        parser.error(str(error))
+    report = {**found, "commit": args.commit or git_commit()}
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print(format_report(report))

@@ -52,3 +52,26 @@ def test_the_probe_records_only_in_an_operator_process(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code, "operator", "run"], env=env, capture_output=True,
                             text=True, check=True)
     assert "probe" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["--start", "half past two", "--end", "14:35:36"], "--start 'half past two'"),
+    (["--start", "14:30:00", "--end", "later"], "--end 'later'"),
+])
+def test_a_time_that_is_neither_a_clock_nor_epoch_seconds_is_refused_naming_its_flag(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], named: str) -> None:
+    source = tmp_path / "probe.jsonl"
+    source.write_text(json.dumps(line(100, 1, 0.5, 1000, 7)) + "\n")
+    with pytest.raises(SystemExit) as exit_:
+        probe.main(["--from", str(source), *args])
+    assert exit_.value.code == 2
+    assert named in capsys.readouterr().err
+
+
+def test_a_missing_or_foreign_probe_file_is_refused_naming_from(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for source, said in ((tmp_path / "none.jsonl", "No such file"), (ROOT / "README.md", "not the probe's file")):
+        with pytest.raises(SystemExit):
+            probe.main(["--from", str(source), "--start", "1", "--end", "2"])
+        err = capsys.readouterr().err
+        assert f"--from {source}" in err and said in err
