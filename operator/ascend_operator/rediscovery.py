@@ -7,8 +7,14 @@ restart (seen on a real API server: tests/cluster/test_install.py deletes and re
 CRD). While kopf watches no resource of this operator, :class:`Rediscovery` repeats kopf's own
 rescan of the group every few seconds; a rescan is a discovery read, made only in that state.
 
-It calls kopf's observation function (not public API): ``tests/unit/test_rediscovery.py`` fails
-if a kopf release moves it.
+The other side of the same race: a watch that kopf opens again (its list, or the watch after a
+server timeout) while the CRD is being deleted gets "404 page not found", which kopf 1.45 lets
+out of the watch task, and the whole operator stops. :func:`guard_watches` ends such a stream
+instead, after a pause, as kopf ends one on "410 Gone": kopf opens it again, or stops watching
+once discovery no longer lists the resource.
+
+It calls kopf's observation function and wraps its watch function (neither public API):
+``tests/unit/test_rediscovery.py`` fails if a kopf release moves either.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import asyncio
 import logging
 from typing import Any
 
+from kopf._cogs.clients import errors, watching
 from kopf._cogs.structs.references import Insights
 from kopf._core.reactor import observation
 
@@ -24,6 +31,30 @@ from ascend_operator.api import GROUP, PLURAL
 
 #: Seconds between checks; a rescan happens only while the resource is not watched.
 INTERVAL_S = 5.0
+#: Seconds before a watch that found its resource not served is opened again.
+NOT_SERVED_PAUSE_S = 2.0
+
+logger = logging.getLogger(__name__)
+
+
+def guard_watches(pause_s: float = NOT_SERVED_PAUSE_S) -> None:
+    """Make kopf's watch streams end, not fail, on a 404 (the resource's CRD gone); idempotent."""
+
+    original = watching.continuous_watch
+    if getattr(original, "ascend_guarded", False):
+        return
+
+    async def continuous_watch(**kwargs: Any) -> Any:
+        try:
+            async for event in original(**kwargs):
+                yield event
+        except errors.APINotFoundError as error:
+            logger.warning("%s is not served (%s): watching it again in %s s unless discovery drops it",
+                           kwargs.get("resource"), error, pause_s)
+            await asyncio.sleep(pause_s)
+
+    continuous_watch.ascend_guarded = True  # type: ignore[attr-defined]
+    watching.continuous_watch = continuous_watch  # type: ignore[assignment]
 
 
 def new_insights() -> Insights:

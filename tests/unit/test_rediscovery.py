@@ -11,12 +11,12 @@ from typing import Any
 
 import kopf
 import pytest
-from kopf._cogs.clients import scanning
+from kopf._cogs.clients import errors, scanning, watching
 from kopf._cogs.structs.references import Resource
 
 import ascend_operator.main  # noqa: F401  (registers the operator's handlers in kopf's registry)
 from ascend_operator.api import GROUP, PLURAL, VERSION
-from ascend_operator.rediscovery import Rediscovery, new_insights
+from ascend_operator.rediscovery import Rediscovery, guard_watches, new_insights
 
 SERVED = Resource(group=GROUP, version=VERSION, plural=PLURAL, kind="AscendLLMDeployment",
                   namespaced=True, preferred=True, verbs=["list", "watch", "get", "patch"])
@@ -86,3 +86,62 @@ async def test_a_failed_discovery_read_is_retried(monkeypatch: pytest.MonkeyPatc
     finally:
         found.stop()
     assert len(calls) >= 2
+
+
+# ------------------------------------------------------------------------- a watch on a resource gone
+
+
+def _guarded(monkeypatch: pytest.MonkeyPatch, outcomes: list[Any]) -> list[int]:
+    """kopf's watch with the guard over a stream that raises or yields ``outcomes`` in turn."""
+
+    calls: list[int] = []
+
+    async def stream(**kwargs: Any) -> Any:
+        calls.append(1)
+        outcome = outcomes[min(len(calls), len(outcomes)) - 1]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        yield outcome
+
+    monkeypatch.setattr(watching, "continuous_watch", stream)
+    guard_watches(pause_s=0.0)
+    guard_watches(pause_s=0.0)  # idempotent: one wrapper, not two
+    assert getattr(watching.continuous_watch, "ascend_guarded", False)
+    return calls
+
+
+async def _watch(iterations: int) -> list[Any]:
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0.0
+    return [event async for event in watching.infinite_watch(
+        settings=settings, resource=SERVED, namespace=None, _iterations=iterations)]
+
+
+async def test_a_404_ends_the_watch_stream_and_kopf_opens_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unguarded, kopf 1.45 lets the 404 out of its watch task and the operator stops (seen on a
+    real API server when the CRD is deleted under an open watch)."""
+
+    not_served = errors.APINotFoundError("404 page not found", status=404, headers={})
+    event = {"type": "ADDED", "object": {"metadata": {"name": "a"}}}
+    calls = _guarded(monkeypatch, [not_served, not_served, event])
+    assert await _watch(3) == [event]
+    assert len(calls) == 3
+
+
+async def test_other_watch_errors_still_stop_the_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    _guarded(monkeypatch, [errors.APIForbiddenError("forbidden", status=403, headers={})])
+    with pytest.raises(errors.APIForbiddenError):
+        await _watch(2)
+
+
+async def test_without_the_guard_kopfs_watch_lets_a_404_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the guard is for, and that it wraps what kopf calls (a kopf release that renames its
+    watch function fails this)."""
+
+    async def stream(**kwargs: Any) -> Any:
+        raise errors.APINotFoundError("404 page not found", status=404, headers={})
+        yield  # an async generator, as kopf's
+
+    monkeypatch.setattr(watching, "continuous_watch", stream)
+    with pytest.raises(errors.APINotFoundError):
+        await _watch(1)

@@ -23,7 +23,7 @@ from ascend_operator.handlers import MEMO_KEY, OperatorContext, context, handle_
 from ascend_operator.k8s import WATCHED_KINDS, Kube, connect
 from ascend_operator.leader import LeaderElector, LeaseTiming, own_namespace
 from ascend_operator.podreads import PodReader
-from ascend_operator.rediscovery import Rediscovery
+from ascend_operator.rediscovery import Rediscovery, guard_watches
 from ascend_operator.reflector import Reflector, Reflectors, ReflectorTiming, scopes
 from ascend_operator.settings import OperatorSettings, StateRead, load_settings
 from ascend_operator.workqueue import QueueSettings, WorkQueue
@@ -131,6 +131,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: lo
     ops = operator_settings(memo)
     # kopf's debug log shows specs: mask --api-key values of one stored before the CRD refused them.
     redact.install()
+    guard_watches()  # a CRD deleted under an open watch ends that watch, not the operator
     elect = tune_kopf(settings, ops)
 
     # One pooled connection per worker thread: no request waits for, or discards, a connection.
