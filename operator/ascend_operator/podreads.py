@@ -21,11 +21,14 @@ no part of ``health``; it is dropped from a state that has it (a runtime older t
 so that the skip check (:mod:`ascend_operator.lastpass`) sees a settled runtime as unchanged.
 A skipped pass of a settled resource does not ask every runtime either (:class:`Settled`): a Ready
 pod whose runtime answered unchanged is asked again after the base delay, doubling with each
-unchanged answer up to ``settled_max_s`` (five resync intervals); a full pass (the resource, a
-child or a pod changed: readiness, a restart, a new spec) asks every runtime and starts the
-doubling again, so a runtime acting on what that pass wrote (an adapter) is asked at each resync
-for minutes after it. At 10,000 settled resources the reads of every runtime at every resync were
-most of the operator's idle CPU (bench/README.md).
+unchanged answer up to ``settled_max_s`` (five resync intervals); a pod that changed (readiness,
+a restart) is asked at once. A full pass that wrote a child (a new spec, drift repaired) asks every
+runtime and starts the doubling again, so a runtime acting on what that pass wrote (an adapter)
+is asked at each resync for minutes after it; a full pass that wrote nothing (a child's status
+changed: at 10,000 resources the controller manager still updated thousands of Deployments'
+status minutes after every resource was Ready) reads as a skipped pass does. At 10,000 settled
+resources the reads of every runtime at every resync were most of the operator's idle CPU
+(bench/README.md).
 """
 
 from __future__ import annotations
@@ -313,18 +316,20 @@ class PodReader:
         return None
 
     async def read_states(self, namespace: str, pods: Sequence[Mapping[str, Any]],
-                          port: int = DEFAULT_RUNTIME_PORT) -> dict[str, RuntimeState | None]:
-        """States of the running pods (concurrently); pods not running get ``None`` unasked."""
+                          port: int = DEFAULT_RUNTIME_PORT, *, settled: bool = False) -> dict[str, RuntimeState | None]:
+        """States of the running pods (concurrently); pods not running get ``None`` unasked.
+        ``settled``: as :meth:`read_targets`."""
 
         result: dict[str, RuntimeState | None] = dict.fromkeys(pod["metadata"]["name"] for pod in pods)
-        result.update(await self.read_targets(namespace, state_targets(pods), port))
+        result.update(await self.read_targets(namespace, state_targets(pods), port, settled=settled))
         return result
 
     async def read_targets(self, namespace: str, targets: Sequence[StateTarget],
                            port: int = DEFAULT_RUNTIME_PORT, *, settled: bool = False) -> dict[str, RuntimeState | None]:
         """States of ``targets`` (concurrently); ``None`` for one that fails, or that failed before
         and is not due again (:class:`Unreadable`). ``settled`` (a pass skipped because nothing
-        changed): a settled runtime not due again gives the state it gave last (:class:`Settled`)."""
+        changed, or a full pass that wrote nothing): a settled runtime not due again gives the
+        state it gave last (:class:`Settled`)."""
 
         result: dict[str, RuntimeState | None] = {target.name: None for target in targets}
         due: list[StateTarget] = []

@@ -5,8 +5,9 @@ the in-pod runtime (they set what each pod's ``GET /state`` answers through the 
 proxy). The operator's resync reads both and writes the status: phase, ready replicas, the graph
 mode per replica, the remembered mode (and its use and loss), conditions, and Events posted once
 per transition (WaitingForNPU naming the resource and the count). A resync with nothing changed
-computes no status but still reads the runtimes; an unreadable runtime is asked less and less
-often until its pod changes.
+computes no status but still reads the runtimes; a pass made by a child's status change computes
+the status but asks a settled runtime no sooner than a skipped pass would; an unreadable runtime
+is asked less and less often until its pod changes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ascend_runtime.config import GraphMode, RuntimePhase, RuntimeState, WarmupR
 from k8s_emulator import RealisticEmulator
 from operator_harness import (
     CONFIGMAPS,
+    DEPLOYMENTS,
     EVENTS,
     NAMESPACE,
     PODS,
@@ -223,6 +225,37 @@ async def test_a_resync_with_nothing_changed_computes_nothing_and_a_runtime_chan
                                                   live_reasons=["host RSS grows 900 MB/h (limit 512)"]))
     await wait_for(lambda: condition(emulator, "LeakSuspected").get("status") == "True", what="LeakSuspected")
     assert computed
+
+
+async def test_a_childs_status_change_asks_a_settled_runtime_no_sooner(emulator, operator, monkeypatch) -> None:
+    """The controller manager updates a Deployment's status (at 10,000 resources, thousands of
+    them minutes after every resource was Ready): each update is a full pass, which writes nothing
+    and so keeps the settled runtime's wait (podreads.Settled) instead of asking it each time."""
+    from ascend_operator.handlers import handle_reconcile
+
+    computed: list[int] = []
+    real = handle_reconcile.compute_status
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        computed.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(handle_reconcile, "compute_status", counting)
+    await created(emulator, {**ASCEND_SPEC, "replicas": 1})
+    name = add_pod(emulator, 0, state(RuntimePhase.READY))
+    await wait_for(lambda: status(emulator).get("phase") == "Ready", what="phase Ready")
+    await settle(emulator, quiet=8 * RESYNC_S)  # the runtime's wait doubled to its cap (5 resyncs)
+    mark = len(emulator.request_log)
+    for update in range(8):
+        computed.clear()
+        deployment = emulator.get(*DEPLOYMENTS, NAMESPACE, "qwen")
+        assert deployment is not None
+        deployment.setdefault("status", {})["observedGeneration"] = 100 + update  # status alone
+        emulator.put_object(*DEPLOYMENTS, deployment)
+        await wait_for(lambda: bool(computed), what="a full pass after the Deployment's status changed")
+    reads = state_reads(emulator, name, mark)
+    assert reads <= 3, reads  # eight full passes in about 2 resyncs: asked only when its wait ran out
+    assert status(emulator).get("phase") == "Ready"
 
 
 async def test_an_unreadable_runtime_is_asked_less_often_until_its_pod_changes(emulator, operator) -> None:

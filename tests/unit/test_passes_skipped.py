@@ -10,7 +10,8 @@ changed, removed), and not with the same object put again; an unreadable pod is 
 after the base delay, doubling to the cap, at once when its pod changes, and is forgotten once read;
 the retries of many Ready pods that do not answer keep to the retry rate; a Ready pod whose runtime
 answers unchanged is asked by skipped passes after a doubling wait up to the cap, at once after a
-change, a failure or a change of its pod, and always by a full pass.
+change, a failure or a change of its pod, and always by a full pass that wrote (a full pass that
+wrote nothing: tests/operator/test_pod_status.py).
 """
 
 from __future__ import annotations
@@ -311,7 +312,7 @@ async def test_only_a_skipped_pass_uses_the_held_state_and_other_pods_are_still_
     asked.clear()
     assert await reader.read_targets(NS, targets, settled=True) == {"a": ready, "b": ready}
     assert asked == ["b"]  # a is settled: its state is held; b is not Ready: asked
-    await reader.read_targets(NS, targets)  # a full pass asks every runtime
+    await reader.read_targets(NS, targets)  # a full pass that wrote asks every runtime
     assert asked == ["b", "a", "b"]
 
 

@@ -327,7 +327,12 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                                                       completed_before)
     targets = state_targets(pods)
     if states is None or set(states) != {target.name for target in targets}:
-        states = await ctx.pods.read_states(namespace, pods)
+        # A pass that wrote nothing (a child's status changed) reads the runtimes as a skipped pass
+        # does; one that wrote may have written what they act on (the engine config, an adapter),
+        # and so does a pass while adapters load: every runtime is asked, and soon again.
+        wrote_nothing = (found.verified and not found.wrote and not found.conflicts and refused is None
+                         and not adapters_settling(previous.get("lora")))
+        states = await ctx.pods.read_states(namespace, pods, settled=wrote_nothing)
     else:
         states = {**dict.fromkeys(pod["metadata"]["name"] for pod in pods), **states}
     observation = Observation(
