@@ -326,3 +326,19 @@ def test_a_full_pass_starts_the_doubling_again() -> None:
     settled.answered(NS, ready_target(), ready)
     now[0] += 10.0
     assert settled.held(NS, ready_target()) is None  # then 10 s, 20 s, ...
+
+
+def test_only_a_full_pass_that_wrote_nothing_reads_the_runtimes_as_a_skipped_pass() -> None:
+    from ascend_operator.handlers.handle_reconcile import ChildrenPass, reads_settled
+    from ascend_operator.k8s import ChildRefused
+
+    quiet = ChildrenPass(verified=True)
+    assert reads_settled(quiet, None)
+    assert not reads_settled(ChildrenPass(verified=True, wrote=True), None)  # may have written an adapter
+    assert not reads_settled(ChildrenPass(verified=False), None)  # a child not as built
+    assert not reads_settled(ChildrenPass(verified=True, conflicts=["Service x"]), None)
+    assert not reads_settled(ChildrenPass(verified=True, refused=ChildRefused("Service", "x", 422, "bad")), None)
+    loading = {"replicas": 1, "adapters": [{"name": "sql", "loaded": 0, "failed": 0}]}
+    loaded = {"replicas": 1, "adapters": [{"name": "sql", "loaded": 1, "failed": 0}]}
+    assert not reads_settled(quiet, loading)  # adapters on the way: this pass may see them loaded
+    assert reads_settled(quiet, loaded)

@@ -145,3 +145,82 @@ async def test_without_the_guard_kopfs_watch_lets_a_404_out(monkeypatch: pytest.
     monkeypatch.setattr(watching, "continuous_watch", stream)
     with pytest.raises(errors.APINotFoundError):
         await _watch(1)
+
+
+async def test_404s_in_a_row_double_the_pause_warn_once_and_ask_for_a_rescan(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from ascend_operator import rediscovery as module
+
+    not_served = errors.APINotFoundError("404 page not found", status=404, headers={})
+    event = {"type": "ADDED", "object": {"metadata": {"name": "a"}}}
+    outcomes: list[Any] = [not_served, not_served, not_served, event, not_served]
+    calls: list[int] = []
+
+    async def stream(**kwargs: Any) -> Any:
+        calls.append(1)
+        outcome = outcomes[len(calls) - 1]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        yield outcome
+
+    pauses: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+
+    asked: list[int] = []
+    monkeypatch.setattr(watching, "continuous_watch", stream)
+    monkeypatch.setattr(module, "_not_served_runs", {})
+    monkeypatch.setattr(module, "_not_served_listeners", [lambda: asked.append(1)])
+    monkeypatch.setattr(module.asyncio, "sleep", sleep)
+    module.guard_watches(pause_s=2.0, max_pause_s=5.0)
+    caplog.set_level(logging.DEBUG, logger=module.__name__)
+    settings = kopf.OperatorSettings()
+    settings.watching.reconnect_backoff = 0.0
+    events = [e async for e in watching.infinite_watch(settings=settings, resource=SERVED, namespace=None,
+                                                       _iterations=5)]
+    assert events == [event]
+    assert [p for p in pauses if p] == [2.0, 4.0, 5.0, 2.0]  # doubling to the cap; an event starts it again
+    assert len(asked) == 4  # a discovery read asked for at each 404
+    warnings = [r for r in caplog.records if r.name == module.__name__ and r.levelno == logging.WARNING]
+    assert len(warnings) == 2  # the first of each run of 404s
+
+
+async def test_after_a_404_the_rescan_runs_while_watched_and_drops_a_resource_no_longer_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    served: list[set[Resource]] = [{SERVED}]
+    found = rediscovery(monkeypatch, served)
+    assert await found.rescan() is True
+    found.start()
+    try:
+        await asyncio.sleep(0.05)  # five checks
+        assert len(found.reads) == 1  # type: ignore[attr-defined]  # watched: no discovery read since
+        served.append(set())  # the CRD deleted; kopf still watches the resource
+        from ascend_operator import rediscovery as module
+        for listener in list(module._not_served_listeners):
+            listener()  # what a watch's 404 does
+        async with asyncio.timeout(5):
+            while found.watching():
+                await asyncio.sleep(0.01)
+    finally:
+        found.stop()
+    from ascend_operator import rediscovery as module
+    assert found.not_served not in module._not_served_listeners  # stop unregisters it
+
+
+async def test_the_operators_start_up_guards_kopfs_watches(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ascend_operator.handlers import handle_startup
+    from ascend_operator.settings import load_settings
+
+    async def unguarded(**kwargs: Any) -> Any:
+        yield {}
+
+    monkeypatch.setattr(watching, "continuous_watch", unguarded)
+    memo = kopf.Memo()
+    memo[handle_startup.SETTINGS_KEY] = load_settings({
+        "ASCEND_LLM_OPERATOR_API_SERVER": "http://127.0.0.1:1", "ASCEND_LLM_OPERATOR_STANDALONE": "true"})
+    await handle_startup.configure(kopf.OperatorSettings(), memo, logging.getLogger("t"))
+    try:
+        assert getattr(watching.continuous_watch, "ascend_guarded", False)
+    finally:
+        await handle_startup.cleanup(memo)

@@ -327,12 +327,7 @@ async def reconcile(ctx: OperatorContext, body: Mapping[str, Any],
                                                       completed_before)
     targets = state_targets(pods)
     if states is None or set(states) != {target.name for target in targets}:
-        # A pass that wrote nothing (a child's status changed) reads the runtimes as a skipped pass
-        # does; one that wrote may have written what they act on (the engine config, an adapter),
-        # and so does a pass while adapters load: every runtime is asked, and soon again.
-        wrote_nothing = (found.verified and not found.wrote and not found.conflicts and refused is None
-                         and not adapters_settling(previous.get("lora")))
-        states = await ctx.pods.read_states(namespace, pods, settled=wrote_nothing)
+        states = await ctx.pods.read_states(namespace, pods, settled=reads_settled(found, previous.get("lora")))
     else:
         states = {**dict.fromkeys(pod["metadata"]["name"] for pod in pods), **states}
     observation = Observation(
@@ -446,6 +441,15 @@ async def _ensure_children(ctx: OperatorContext, body: Mapping[str, Any], childr
                 log.info("%s/%s: deleted %s %s (no longer desired)", namespace, name, kind.kind, gone)
     found.verified = not (changed or found.conflicts or found.refused)
     return found
+
+
+def reads_settled(found: ChildrenPass, lora: Mapping[str, Any] | None) -> bool:
+    """Whether a full pass reads the runtimes as a skipped pass does (a settled one only when its
+    wait ran out): it wrote nothing (a child's status changed). One that wrote may have written
+    what they act on (the engine config, an adapter), and one while adapters load may be the pass
+    that sees them loaded: those ask every runtime, which starts the waits again."""
+    return (found.verified and not found.wrote and not found.conflicts and found.refused is None
+            and not adapters_settling(lora))
 
 
 def _as_built(child: Mapping[str, Any], live: Mapping[str, Any] | None) -> bool:
