@@ -24,11 +24,9 @@ pod whose runtime answered unchanged is asked again after the base delay, doubli
 unchanged answer up to ``settled_max_s`` (five resync intervals); a pod that changed (readiness,
 a restart) is asked at once. A full pass that wrote a child (a new spec, drift repaired) asks every
 runtime and starts the doubling again, so a runtime acting on what that pass wrote (an adapter)
-is asked at each resync for minutes after it; a full pass that wrote nothing (a child's status
-changed: at 10,000 resources the controller manager still updated thousands of Deployments'
-status minutes after every resource was Ready) reads as a skipped pass does. At 10,000 settled
-resources the reads of every runtime at every resync were most of the operator's idle CPU
-(bench/README.md).
+is asked at each resync for minutes after it; a full pass that wrote nothing (a Deployment's
+status changed) reads as a skipped pass does. At 10,000 settled resources the reads of every
+runtime at every resync were most of the operator's idle CPU (bench/README.md).
 """
 
 from __future__ import annotations
