@@ -200,8 +200,8 @@ def state_reads(emulator: RealisticEmulator, pod_name: str, since: int) -> int:
     return sum(1 for r in emulator.request_log[since:] if r.url.path.endswith(f"/pods/{pod_name}:8080/proxy/state"))
 
 
-async def test_a_resync_with_nothing_changed_computes_nothing_and_a_runtime_change_still_shows(
-        emulator, operator, monkeypatch) -> None:
+def count_status_computations(monkeypatch: Any) -> list[int]:
+    """A list that grows by one each time a pass computes the status (a full pass)."""
     from ascend_operator.handlers import handle_reconcile
 
     computed: list[int] = []
@@ -212,6 +212,12 @@ async def test_a_resync_with_nothing_changed_computes_nothing_and_a_runtime_chan
         return real(*args, **kwargs)
 
     monkeypatch.setattr(handle_reconcile, "compute_status", counting)
+    return computed
+
+
+async def test_a_resync_with_nothing_changed_computes_nothing_and_a_runtime_change_still_shows(
+        emulator, operator, monkeypatch) -> None:
+    computed = count_status_computations(monkeypatch)
     await created(emulator, {**ASCEND_SPEC, "replicas": 1})
     name = add_pod(emulator, 0, state(RuntimePhase.READY))
     await wait_for(lambda: status(emulator).get("phase") == "Ready", what="phase Ready")
@@ -231,16 +237,7 @@ async def test_a_childs_status_change_asks_a_settled_runtime_no_sooner(emulator,
     """The controller manager updates a Deployment's status (at 10,000 resources, thousands of
     them minutes after every resource was Ready): each update is a full pass, which writes nothing
     and so keeps the settled runtime's wait (podreads.Settled) instead of asking it each time."""
-    from ascend_operator.handlers import handle_reconcile
-
-    computed: list[int] = []
-    real = handle_reconcile.compute_status
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        computed.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(handle_reconcile, "compute_status", counting)
+    computed = count_status_computations(monkeypatch)
     await created(emulator, {**ASCEND_SPEC, "replicas": 1})
     name = add_pod(emulator, 0, state(RuntimePhase.READY))
     await wait_for(lambda: status(emulator).get("phase") == "Ready", what="phase Ready")
