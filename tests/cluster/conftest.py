@@ -7,7 +7,8 @@
   once per session, waited for until Established.
 - ``operator``: ``ascend-llm operator run --standalone`` as a subprocess (the pod's entrypoint),
   watching the namespaces ``op-*`` only, with a long resync interval so a test that sees a change
-  within seconds shows a watch did it. Its output goes to a file the tests read.
+  within seconds shows a watch did it. Its output is kept (across restarts) for the tests to read;
+  a failed test that used it reports the output's last lines.
 - ``namespace``: a fresh ``op-*`` namespace per test, deleted afterwards.
 - ``cluster_harness``: what test modules import (the operator process, its settings, a second
   watched namespace, the API server's own count of the operator's writes).
@@ -78,6 +79,18 @@ def operator(kubeconfig_path: str, crds: list[str]) -> Iterator[OperatorUnderTes
 @pytest.fixture
 def namespace(api: Any) -> Iterator[str]:
     yield from watched_namespace(api)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test that used the session's operator reports the tail of that operator's output
+    (a resource it never reconciled is diagnosed there, not in the test's traceback)."""
+
+    report = yield
+    run = getattr(item, "funcargs", {}).get("operator")
+    if report.failed and isinstance(run, OperatorUnderTest):
+        report.sections.append(("the operator's last lines", "\n".join(run.output().splitlines()[-150:])))
+    return report
 
 
 # ----------------------------------------------------------------------------- tenancy tests
