@@ -326,18 +326,22 @@ def evaluate(ours: OperatorResult, minimal: OperatorResult | None,
     return targets
 
 
-def growth(values: Sequence[float | None], count: int, earlier: Mapping[str, Any]) -> list[Target]:
+def growth(values: Sequence[float | None], count: int, earlier: Mapping[str, Any],
+           operator: str = OURS) -> list[Target]:
     """Converge time at ``count`` resources against an earlier run's (``--linear-from``: its
     ``--out`` JSON, at fewer resources): at most linear growth, a ratio of at most ``count`` over
-    its count. ``values`` are the project's operator's converge seconds to the last status, one per
-    round here; the earlier ones come from every round of that file. Judged on the range of the
-    ratios of every pair (bench/verdict.py), with as many samples as the side with fewer rounds."""
+    its count. ``values`` are ``operator``'s converge seconds to the last status, one per round
+    here; the earlier ones come from every round of that file. Judged on the range of the ratios
+    of every pair (bench/verdict.py), with as many samples as the side with fewer rounds. For the
+    minimal operator it is the control plane's growth on the same machine (not a target)."""
 
     small_count = int(earlier["count"])
     name, limit = f"converge growth {small_count} -> {count} (to last status)", f"<= {count / small_count:g}x"
+    if operator != OURS:
+        name += f", {operator}"
     if small_count >= count:
         raise ValueError(f"--linear-from: that run had {small_count} resources, not fewer than {count}")
-    small = [r[OURS]["converge_status_s"] for r in earlier.get("rounds", []) if OURS in r]
+    small = [r[operator]["converge_status_s"] for r in earlier.get("rounds", []) if r.get(operator)]
     if not values or not small or any(v is None for v in [*values, *small]):
         return [Target(name, None, limit, None, "a run without every round converged")]
     big = [float(v) for v in values if v is not None]
@@ -460,6 +464,9 @@ def format_report(report: Mapping[str, Any]) -> str:
                      + format_targets([Target(**t) for t in report["against_minimal"]]))
     if report.get("targets"):
         parts.append("\nTargets (the project's operator):\n" + format_targets([Target(**t) for t in report["targets"]]))
+    if report.get("yardstick_growth"):
+        parts.append("\nThe same growth of the minimal operator (the control plane's, on this machine; not a target):\n"
+                     + format_targets([Target(**t) for t in report["yardstick_growth"]]))
     if report.get("failures"):
         parts.append("\nFAILED:\n" + "\n".join(f"- {reason}" for reason in report["failures"]))
     if report.get("inconclusive"):
@@ -1571,10 +1578,15 @@ def _run(args: argparse.Namespace, plane: ControlPlane, standin: StandIn | None 
     small: list[Target] = []
     if OURS in results and yardstick != MINIMAL and MINIMAL in results:  # reported, not a target
         small = [t for t in evaluate(results[OURS], results[MINIMAL], rounds, MINIMAL) if t.name.startswith("converge")]
+    grown: list[Target] = []  # the minimal operator's growth: the control plane's, not a target
+
+    def status_s(name: str) -> list[float | None]:
+        return [results[name].converge_status_s, *(r[name].converge_status_s for r in rounds if name in r)]
+
     if OURS in results and args.linear_from is not None:
-        targets += growth([results[OURS].converge_status_s,
-                           *(r[OURS].converge_status_s for r in rounds if OURS in r)],
-                          args.count, args.linear_from_report)
+        targets += growth(status_s(OURS), args.count, args.linear_from_report)
+        if yardstick in results and any(r.get(yardstick) for r in args.linear_from_report.get("rounds", [])):
+            grown = growth(status_s(yardstick), args.count, args.linear_from_report, yardstick)
     failed = failures(targets)
     if stopped and not any("stopped" in reason for reason in failed):
         failed.append(f"stopped ({stopped})")
@@ -1596,6 +1608,7 @@ def _run(args: argparse.Namespace, plane: ControlPlane, standin: StandIn | None 
                            "converge_writes": r.converge_writes, "errors": r.errors}
                     for name, r in one.items()} for one in [results, *rounds]],
         "targets": [asdict(target) for target in targets], "against_minimal": [asdict(t) for t in small],
+        "yardstick_growth": [asdict(t) for t in grown],
         "failures": failed, "inconclusive": undecided, "passed": not failed and not undecided,
     }
     print(format_report(report))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import asdict
 
 import pytest
 from benchload import load_bench
@@ -358,6 +359,30 @@ def test_growth_judges_converge_time_against_linear_from_an_earlier_run() -> Non
     assert straddles.passed is None  # 7.0-11.25
 
 
+def test_the_minimal_operators_growth_reads_its_own_rounds_and_is_named_for_it() -> None:
+    earlier = {"count": 1000, "rounds": [{"ours": {"converge_status_s": 50.0},
+                                          "minimal-same": {"converge_status_s": s}} for s in (40.0, 60.0, 50.0)]}
+    (grown,) = osb.growth([700.0], 10000, earlier, "minimal-same")
+    assert grown.name == "converge growth 1000 -> 10000 (to last status), minimal-same"
+    assert grown.value == 14.0  # 700 over the median of 40, 60, 50; not the project's 50 s
+    assert grown.detail.endswith("700.0 s at 10000 vs 40.0, 60.0, 50.0 s at 1000")
+    (ours,) = osb.growth([700.0], 10000, earlier)
+    assert ours.name == "converge growth 1000 -> 10000 (to last status)" and ours.value == 14.0
+    (missing,) = osb.growth([700.0], 10000, earlier_run(80.0), "minimal-same")  # that run had none
+    assert missing.value is None
+
+
+def test_the_report_prints_the_minimal_operators_growth_apart_from_the_targets() -> None:
+    (grown,) = osb.growth([700.0], 10000, earlier_run(50.0) | {"rounds": [{"minimal-same": {"converge_status_s": 50.0}}]},
+                          "minimal-same")
+    report = {"count": 10000, "operators": {}, "rounds": [], "targets": [],
+              "yardstick_growth": [asdict(grown)]}
+    text = osb.format_report(json.loads(json.dumps(report)))
+    assert text.endswith("The same growth of the minimal operator (the control plane's, on this machine; "
+                         "not a target):\n" + osb.format_targets([grown]))
+    assert "minimal operator" not in osb.format_report({**report, "yardstick_growth": []})
+
+
 def test_growth_without_every_round_converged_is_not_measured() -> None:
     (target,) = osb.growth([None], 10000, earlier_run(80.0))
     assert target.value is None and target.passed is None
@@ -613,8 +638,6 @@ def test_the_wait_for_ready_lasts_while_the_count_rises_and_stops_when_it_stalls
 
 
 def test_reread_prints_what_the_run_printed_from_its_saved_report(tmp_path, capsys) -> None:
-    from dataclasses import asdict
-
     ours = result("ours", converge_control_plane_cpu_s={"kube-apiserver": 12.5})
     targets = osb.evaluate(ours, None)
     report = {"count": 1000, "operators": {"ours": asdict(ours)},
