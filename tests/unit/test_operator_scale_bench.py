@@ -373,8 +373,8 @@ def test_the_minimal_operators_growth_reads_its_own_rounds_and_is_named_for_it()
 
 
 def test_the_report_prints_the_minimal_operators_growth_apart_from_the_targets() -> None:
-    (grown,) = osb.growth([700.0], 10000, earlier_run(50.0) | {"rounds": [{"minimal-same": {"converge_status_s": 50.0}}]},
-                          "minimal-same")
+    earlier = {"count": 1000, "rounds": [{"minimal-same": {"converge_status_s": 50.0}}]}
+    (grown,) = osb.growth([700.0], 10000, earlier, "minimal-same")
     report = {"count": 10000, "operators": {}, "rounds": [], "targets": [],
               "yardstick_growth": [asdict(grown)]}
     text = osb.format_report(json.loads(json.dumps(report)))

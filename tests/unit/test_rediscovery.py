@@ -15,6 +15,7 @@ from kopf._cogs.clients import errors, scanning, watching
 from kopf._cogs.structs.references import Resource
 
 import ascend_operator.main  # noqa: F401  (registers the operator's handlers in kopf's registry)
+from ascend_operator import rediscovery as module
 from ascend_operator.api import GROUP, PLURAL, VERSION
 from ascend_operator.rediscovery import Rediscovery, guard_watches, new_insights
 
@@ -149,8 +150,6 @@ async def test_without_the_guard_kopfs_watch_lets_a_404_out(monkeypatch: pytest.
 
 async def test_404s_in_a_row_double_the_pause_warn_once_and_ask_for_a_rescan(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from ascend_operator import rediscovery as module
-
     not_served = errors.APINotFoundError("404 page not found", status=404, headers={})
     event = {"type": "ADDED", "object": {"metadata": {"name": "a"}}}
     outcomes: list[Any] = [not_served, not_served, not_served, event, not_served]
@@ -196,7 +195,6 @@ async def test_after_a_404_the_rescan_runs_while_watched_and_drops_a_resource_no
         await asyncio.sleep(0.05)  # five checks
         assert len(found.reads) == 1  # type: ignore[attr-defined]  # watched: no discovery read since
         served.append(set())  # the CRD deleted; kopf still watches the resource
-        from ascend_operator import rediscovery as module
         for listener in list(module._not_served_listeners):
             listener()  # what a watch's 404 does
         async with asyncio.timeout(5):
@@ -204,7 +202,6 @@ async def test_after_a_404_the_rescan_runs_while_watched_and_drops_a_resource_no
                 await asyncio.sleep(0.01)
     finally:
         found.stop()
-    from ascend_operator import rediscovery as module
     assert found.not_served not in module._not_served_listeners  # stop unregisters it
 
 
